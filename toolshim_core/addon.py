@@ -1,0 +1,262 @@
+"""The mitmproxy skin: which flows to touch, per-flow state, the stream callable, options.
+
+This is the only module that imports mitmproxy. Everything it calls is sans-IO.
+
+Flow life cycle (live and offline `-r` flows fire the same hooks):
+    requestheaders  pick the flow (POST .../chat/completions, within `toolshim_filter`) and ask
+                    upstream for an uncompressed body
+    request         read the declared tools and the tool-call history from the request body
+    responseheaders streamed 2xx SSE: install the stream callable, fix the framing headers
+    response        streamed: keep the rewritten body for mitmweb / `-w`;
+                    buffered or offline: rewrite the whole SSE or JSON body
+    error           free the flow's state, keep what was sent
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+import orjson
+from mitmproxy import ctx, exceptions, flowfilter, http
+
+from .chat import ChatStreamRewriter, RewriteStats, rewrite_chat_completion
+from .encoding import Decoder, incremental_decoder
+from .tools import RequestContext
+
+log = logging.getLogger(__name__)
+
+METADATA_KEY = "toolshim"
+
+
+def is_event_stream(headers: http.Headers) -> bool:
+    return headers.get("content-type", "").lower().startswith("text/event-stream")
+
+
+def is_json(headers: http.Headers) -> bool:
+    media = headers.get("content-type", "").lower().split(";")[0].strip()
+    return media == "application/json" or media.endswith("+json")
+
+
+def is_chat_completions(flow: http.HTTPFlow) -> bool:
+    return flow.request.method == "POST" and flow.request.path.split("?")[0].rstrip("/").endswith("/chat/completions")
+
+
+class StreamRewrite:
+    """The `flow.response.stream` callable of one flow.
+
+    mitmproxy calls it on its event loop with each network read and once with b"" at the end.
+    It must never raise (the chunk would be silently dropped) and never return b"" mid-stream
+    (HTTP/1.1 would read it as the end of the body): it returns a list, possibly empty.
+    """
+
+    def __init__(self, rewriter: ChatStreamRewriter, decoder: Decoder, url: str, keep_upstream: bool) -> None:
+        self.rewriter = rewriter
+        self.decoder = decoder
+        self.url = url
+        self.keep_upstream = keep_upstream
+        self.sent: list[bytes] = []  # what the client got: kept so mitmweb and -w can show it
+        self.upstream: list[bytes] = []  # what upstream sent (decoded)
+        self.failed = False
+
+    def __call__(self, data: bytes) -> list[bytes]:
+        end = not data
+        try:
+            plain = self.decoder(data)
+        except Exception as exc:  # broken compression: nothing sensible can be decoded
+            self._fail(exc)
+            plain = data
+        if self.keep_upstream and plain:
+            self.upstream.append(plain)
+        if self.failed:
+            out = [plain]
+        else:
+            try:
+                out = self.rewriter.feed(plain) if plain else []
+                if end:
+                    out += self.rewriter.close()
+            except Exception as exc:
+                self._fail(exc)
+                out = [self._pending_after_failure(), plain if not end else b""]
+        out = [piece for piece in out if piece]
+        self.sent.extend(out)
+        return out
+
+    def _fail(self, exc: Exception) -> None:
+        if not self.failed:
+            self.failed = True
+            log.warning("toolshim: rewriting %s failed (%s); the rest of the stream passes unchanged", self.url, exc, exc_info=True)
+
+    def _pending_after_failure(self) -> bytes:
+        try:
+            return self.rewriter.take_pending()
+        except Exception:
+            return b""
+
+    @property
+    def stats(self) -> RewriteStats:
+        return self.rewriter.stats
+
+
+@dataclass
+class FlowState:
+    """What toolshim keeps for one flow between its hooks."""
+
+    context: RequestContext = field(default_factory=RequestContext)
+    stream: StreamRewrite | None = None
+
+
+class ToolShim:
+    name = "toolshim"
+
+    def __init__(self) -> None:
+        self._flows: dict[str, FlowState] = {}
+        self._filter: flowfilter.TFilter | None = None
+
+    def load(self, loader) -> None:
+        loader.add_option(
+            "toolshim_enabled", bool, True, "Repair tool-call markup in LLM responses."
+        )
+        loader.add_option(
+            "toolshim_filter",
+            str,
+            "",
+            "A mitmproxy filter expression, evaluated on the request, that narrows which "
+            "Chat Completions flows are repaired (for example '~d api.example.com & ~u /v1/'). "
+            "Empty: every POST to a path ending in /chat/completions.",
+        )
+        loader.add_option(
+            "toolshim_max_held",
+            int,
+            1 << 20,
+            "Most characters of markup one text channel may hold back (call headers, arguments "
+            "kept to infer a tool name); past it the markup is released as visible text.",
+        )
+        loader.add_option(
+            "toolshim_keep_upstream",
+            bool,
+            True,
+            "Keep the original upstream body of a rewritten stream in flow.metadata['toolshim'].",
+        )
+
+    def configure(self, updated: set[str]) -> None:
+        if "toolshim_filter" in updated:
+            expression = ctx.options.toolshim_filter.strip()
+            if expression:
+                try:
+                    self._filter = flowfilter.parse(expression)
+                except ValueError as exc:
+                    raise exceptions.OptionsError(f"toolshim_filter: invalid filter expression: {exc}") from exc
+            else:
+                self._filter = None
+        if "toolshim_max_held" in updated and ctx.options.toolshim_max_held < 1024:
+            raise exceptions.OptionsError("toolshim_max_held must be at least 1024 characters")
+
+    # -- hooks -----------------------------------------------------------------------------------
+
+    def requestheaders(self, flow: http.HTTPFlow) -> None:
+        if not ctx.options.toolshim_enabled or not is_chat_completions(flow):
+            return
+        if self._filter is not None and not self._filter(flow):
+            return
+        if METADATA_KEY in flow.metadata:
+            return  # rewritten before (a live capture replayed offline): never twice
+        self._flows[flow.id] = FlowState()
+        if flow.live:
+            flow.request.headers["accept-encoding"] = "identity"
+
+    def request(self, flow: http.HTTPFlow) -> None:
+        state = self._flows.get(flow.id)
+        if state is None:
+            return
+        try:
+            state.context = RequestContext.from_body(flow.request.get_content(strict=False))
+        except Exception as exc:  # an unreadable request only means: no tools known
+            log.info("toolshim: could not read the request body of %s: %s", flow.request.pretty_url, exc)
+
+    def responseheaders(self, flow: http.HTTPFlow) -> None:
+        state = self._flows.get(flow.id)
+        response = flow.response
+        if state is None or response is None:
+            return
+        if not (200 <= response.status_code < 300):
+            self._flows.pop(flow.id, None)  # error answers pass untouched
+            return
+        if not flow.live or not is_event_stream(response.headers):
+            return  # offline flows and JSON bodies are rewritten whole in `response`
+        encoding = response.headers.get("content-encoding", "")
+        decoder = incremental_decoder(encoding)
+        if decoder is None:
+            log.warning("toolshim: %s is %s-encoded, which cannot be decoded in flight; passing it through", flow.request.pretty_url, encoding)
+            self._flows.pop(flow.id, None)
+            response.stream = True
+            return
+        response.headers.pop("content-encoding", None)
+        response.headers.pop("content-length", None)  # the body length changes
+        if flow.request.http_version == "HTTP/1.1":
+            response.headers["transfer-encoding"] = "chunked"
+        rewriter = ChatStreamRewriter(state.context, max_held=ctx.options.toolshim_max_held)
+        state.stream = StreamRewrite(rewriter, decoder, flow.request.pretty_url, ctx.options.toolshim_keep_upstream)
+        response.stream = state.stream
+
+    def response(self, flow: http.HTTPFlow) -> None:
+        state = self._flows.pop(flow.id, None)
+        if state is None or flow.response is None:
+            return
+        try:
+            if state.stream is not None:
+                self._keep_streamed_body(flow, state.stream)
+            else:
+                self._rewrite_whole_body(flow, state.context)
+        except Exception as exc:  # fail open: the flow stays as it was
+            log.warning("toolshim: rewriting %s failed (%s); left unchanged", flow.request.pretty_url, exc, exc_info=True)
+
+    def error(self, flow: http.HTTPFlow) -> None:
+        state = self._flows.pop(flow.id, None)
+        if state is not None and state.stream is not None and flow.response is not None:
+            self._keep_streamed_body(flow, state.stream)
+
+    # -- helpers ---------------------------------------------------------------------------------
+
+    def _keep_streamed_body(self, flow: http.HTTPFlow, stream: StreamRewrite) -> None:
+        if flow.response.raw_content is None:  # mitmproxy 11 keeps no streamed body
+            flow.response.raw_content = b"".join(stream.sent)
+        self._annotate(flow, stream.stats, b"".join(stream.upstream) if stream.keep_upstream else None, stream.failed)
+        stream.rewriter = None  # type: ignore[assignment]  # drop the core state early
+
+    def _rewrite_whole_body(self, flow: http.HTTPFlow, context: RequestContext) -> None:
+        response = flow.response
+        if not (200 <= response.status_code < 300) or not response.raw_content:
+            return
+        body = response.get_content(strict=False)
+        if body is None:
+            return
+        if is_event_stream(response.headers):
+            rewriter = ChatStreamRewriter(context, max_held=ctx.options.toolshim_max_held)
+            new_body = b"".join([*rewriter.feed(body), *rewriter.close()])
+            stats = rewriter.stats
+            changed = new_body != body
+        elif is_json(response.headers):
+            try:
+                parsed = orjson.loads(body)
+            except orjson.JSONDecodeError:
+                log.info("toolshim: %s answered with a JSON content type but no JSON; left unchanged", flow.request.pretty_url)
+                return
+            if not isinstance(parsed, dict):
+                return
+            stats = rewrite_chat_completion(parsed, context, max_held=ctx.options.toolshim_max_held)
+            changed = stats is not None
+            new_body = orjson.dumps(parsed) if changed else body
+        else:
+            return
+        if changed:
+            response.content = new_body  # re-encodes to the flow's content-encoding
+            self._annotate(flow, stats, body if ctx.options.toolshim_keep_upstream else None, failed=False)
+
+    def _annotate(self, flow: http.HTTPFlow, stats: RewriteStats | None, upstream: bytes | None, failed: bool) -> None:
+        info: dict = {"calls": stats.calls if stats else 0, "names": list(stats.names) if stats else []}
+        if failed:
+            info["failed"] = True
+        if upstream is not None:
+            info["upstream"] = upstream
+        flow.metadata[METADATA_KEY] = info

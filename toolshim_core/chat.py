@@ -1,0 +1,360 @@
+"""Chat Completions: map lexer segments back onto `chat.completion.chunk` events and messages.
+
+Wire rules the real clients enforce (DESIGN.md, research/wire.md section 1): every
+`tool_calls` delta has a 0-based `index` in order of appearance; `id`, `type` and
+`function.name` appear once, in a call's first delta; a chunk holds at most one entry per
+index; `finish_reason` becomes `tool_calls` when a call was emitted and upstream said `stop`;
+metadata (`id`, `model`, `created`, ...) and the usage chunk are kept; no empty deltas.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from .lexers.base import CallArgs, CallBegin, CallEnd, Lexer, ReasoningEnd, Segment, Text
+from .lexers.kimi import KimiCallNamer, KimiLexer
+from .sse import SseFramer, encode_event, parse_block
+from .tools import RequestContext
+
+CONTENT = "content"
+REASONING_KEYS = ("reasoning_content", "reasoning")  # SGLang/Moonshot, vLLM/OpenRouter
+TEXT_KEYS = (*REASONING_KEYS, CONTENT)  # reasoning comes first within one delta
+
+LexerFactory = Callable[[KimiCallNamer, bool], Lexer]
+
+
+def kimi_lexers(max_held: int) -> LexerFactory:
+    return lambda namer, reasoning: KimiLexer(namer, reasoning=reasoning, max_held=max_held)
+
+
+@dataclass(slots=True)
+class RewriteStats:
+    """What a rewrite did, for flow annotations and logs."""
+
+    calls: int = 0
+    names: list[str] = field(default_factory=list)
+    finish_reasons_changed: int = 0
+
+
+# A part of a choice's output, in order: ("text", keys, text) | ("call", index, id, name)
+# | ("args", index, text).
+Part = tuple
+
+
+class ChoiceRewriter:
+    """The text channels of one choice: their lexers, call indices and reasoning switch."""
+
+    def __init__(self, context: RequestContext, make_lexer: LexerFactory, stats: RewriteStats) -> None:
+        self._namer = KimiCallNamer(context)
+        self._make_lexer = make_lexer
+        self._stats = stats
+        self._lexers: dict[tuple[str, ...], Lexer] = {}
+        self._reasoning_over: set[tuple[str, ...]] = set()  # channels whose `</think>` leaked
+        self._native_index: dict[Any, int] = {}
+        self._open_index: int | None = None
+        self.next_index = 0
+
+    @property
+    def idle(self) -> bool:
+        return all(lexer.idle for lexer in self._lexers.values())
+
+    def feed(self, channel: tuple[str, ...], text: str, parts: list[Part]) -> None:
+        lexer = self._lexers.get(channel)
+        if lexer is None:
+            lexer = self._lexers[channel] = self._make_lexer(self._namer, channel[0] != CONTENT)
+        self._place(channel, lexer.feed(text), parts)
+
+    def finish(self, parts: list[Part]) -> None:
+        for channel, lexer in self._lexers.items():
+            self._place(channel, lexer.finish(), parts)
+
+    def native_index(self, upstream_index: Any) -> int:
+        """Upstream's own tool calls keep their order but share our index space."""
+        if upstream_index not in self._native_index:
+            self._native_index[upstream_index] = self.next_index
+            self.next_index += 1
+        return self._native_index[upstream_index]
+
+    @property
+    def emitted_calls(self) -> bool:
+        """True once this choice holds a call of ours (upstream's own ones do not count)."""
+        return self.next_index > len(self._native_index)
+
+    def _place(self, channel: tuple[str, ...], segments: list[Segment], parts: list[Part]) -> None:
+        for seg in segments:
+            if type(seg) is Text:
+                keys = (CONTENT,) if channel in self._reasoning_over else channel
+                parts.append(("text", keys, seg.text))
+            elif type(seg) is CallArgs:
+                parts.append(("args", self._open_index, seg.text))
+            elif type(seg) is CallBegin:
+                self._open_index = self.next_index
+                self.next_index += 1
+                self._stats.calls += 1
+                self._stats.names.append(seg.name)
+                parts.append(("call", self._open_index, seg.id, seg.name))
+            elif type(seg) is CallEnd:
+                self._open_index = None
+            elif type(seg) is ReasoningEnd:
+                self._reasoning_over.add(channel)
+
+
+def text_channels(holder: dict[str, Any]) -> list[tuple[tuple[str, ...], str]]:
+    """The text fields of a delta or message as channels: mirrored reasoning fields are one."""
+    present = [(key, holder[key]) for key in TEXT_KEYS if isinstance(holder.get(key), str)]
+    if len(present) >= 2 and present[0][0] in REASONING_KEYS and present[1][0] in REASONING_KEYS:
+        if present[0][1] == present[1][1]:
+            return [((present[0][0], present[1][0]), present[0][1]), *present[2:]]
+    return [((key,), text) for key, text in present]
+
+
+def parts_to_deltas(parts: list[Part]) -> list[dict[str, Any]]:
+    """Pack parts into deltas, keeping order: text may precede calls in one delta, never follow.
+
+    A call's first delta carries index, id, type and name (arguments joined to it); each
+    delta holds at most one entry per call index.
+    """
+    deltas: list[dict[str, Any]] = []
+    current: dict[str, Any] = {}
+    for part in parts:
+        kind = part[0]
+        if kind == "text":
+            _, keys, text = part
+            last_key = next(reversed(current), None) if current else None
+            if "tool_calls" in current or (keys[0] in current and last_key not in keys):
+                deltas.append(current)
+                current = {}
+            for key in keys:
+                current[key] = current.get(key, "") + text
+        else:
+            index = part[1]
+            calls = current.setdefault("tool_calls", [])
+            entry = next((c for c in calls if c["index"] == index), None)
+            if kind == "call":
+                calls.append(
+                    {"index": index, "id": part[2], "type": "function", "function": {"name": part[3], "arguments": ""}}
+                )
+            elif entry is not None:
+                entry["function"]["arguments"] += part[2]
+            else:
+                calls.append({"index": index, "function": {"arguments": part[2]}})
+    if current:
+        deltas.append(current)
+    return deltas
+
+
+class ChatStreamRewriter:
+    """A Chat Completions SSE body in (any byte pieces), the repaired SSE body out."""
+
+    def __init__(self, context: RequestContext, *, max_held: int = 1 << 20) -> None:
+        self._context = context
+        self._make_lexer = kimi_lexers(max_held)
+        self._framer = SseFramer()
+        self._choices: dict[Any, ChoiceRewriter] = {}
+        self._template: dict[str, Any] | None = None  # metadata of the last chunk read
+        self._finished: set[Any] = set()
+        self.stats = RewriteStats()
+
+    def feed(self, data: bytes) -> list[bytes]:
+        out: list[bytes] = []
+        for raw in self._framer.feed(data):
+            out += self._on_block(raw)
+        return out
+
+    def close(self) -> list[bytes]:
+        """End of body: complete blocks, then whatever the lexers still hold, then the tail."""
+        out: list[bytes] = []
+        blocks = self._framer.close()
+        tail = b""
+        if blocks and not blocks[-1].endswith((b"\n\n", b"\r\r", b"\r\n\r\n", b"\n\r\n", b"\r\n\n")):
+            tail = blocks.pop()  # an unterminated last event: forward as it is
+        for raw in blocks:
+            out += self._on_block(raw)
+        out += self._flush_all()
+        if tail:
+            out.append(tail)
+        return out
+
+    def take_pending(self) -> bytes:
+        """Failing open: the bytes not yet forwarded, as they came."""
+        return self._framer.take_pending()
+
+    # -- events ----------------------------------------------------------------------------------
+
+    def _all_idle(self) -> bool:
+        return all(choice.idle for choice in self._choices.values())
+
+    def _on_block(self, raw: bytes) -> list[bytes]:
+        quiet = not self.stats.calls and self._all_idle()
+        if quiet and b"<" not in raw and b"\\u003" not in raw:
+            return [raw]  # fast path: no marker can start here and nothing is held
+        event = parse_block(raw)
+        if event.data is None or event.malformed:
+            return [raw]
+        if event.is_done_sentinel:
+            return [*self._flush_all(), raw]
+        try:
+            chunk = orjson.loads(event.data)
+        except orjson.JSONDecodeError:
+            return [raw]
+        if not isinstance(chunk, dict) or not isinstance(chunk.get("choices"), list) or "error" in chunk:
+            return [raw]
+        chunks = self._rewrite_chunk(chunk)
+        if chunks is None:
+            return [raw]
+        return [encode_event(orjson.dumps(c), event.event) for c in chunks]
+
+    def _choice(self, index: Any) -> ChoiceRewriter:
+        choice = self._choices.get(index)
+        if choice is None:
+            choice = self._choices[index] = ChoiceRewriter(self._context, self._make_lexer, self.stats)
+        return choice
+
+    def _rewrite_chunk(self, chunk: dict[str, Any]) -> list[dict[str, Any]] | None:
+        """The chunks replacing `chunk`, or None when it passes unchanged."""
+        self._template = {k: v for k, v in chunk.items() if k not in ("choices", "usage")}
+        out: list[dict[str, Any]] = []
+        changed = False
+        for choice in chunk["choices"]:
+            if not isinstance(choice, dict) or not isinstance(choice.get("delta", {}), dict):
+                return None
+            rewritten = self._rewrite_choice(choice)
+            if rewritten is None:
+                out.append({**self._template, "choices": [choice]})
+            else:
+                changed = True
+                out += rewritten
+        if not changed:
+            return None
+        if len(out) == 0:
+            return [] if chunk.get("usage") is None else [{**self._template, "choices": [], "usage": chunk["usage"]}]
+        if "usage" in chunk:
+            for c in out:
+                c["usage"] = None
+            out[-1]["usage"] = chunk["usage"]
+        return out
+
+    def _rewrite_choice(self, choice: dict[str, Any]) -> list[dict[str, Any]] | None:
+        index = choice.get("index", 0)
+        state = self._choice(index)
+        delta = choice.get("delta") or {}
+        finish = choice.get("finish_reason")
+        parts: list[Part] = []
+        unchanged = True
+        for channel, text in text_channels(delta):
+            before = len(parts)
+            state.feed(channel, text, parts)
+            produced = parts[before:]
+            if not (len(produced) == 1 and produced[0] == ("text", channel, text)) and not (not produced and not text):
+                unchanged = False
+        native = delta.get("tool_calls")
+        if isinstance(native, list):
+            for call in native:
+                if isinstance(call, dict) and state.native_index(call.get("index")) != call.get("index"):
+                    unchanged = False  # upstream's own calls move past the ones we emitted
+        if finish is not None:
+            before = len(parts)
+            state.finish(parts)
+            if len(parts) > before:
+                unchanged = False
+            if finish == "stop" and state.emitted_calls:
+                finish = "tool_calls"
+                self.stats.finish_reasons_changed += 1
+                unchanged = False
+            self._finished.add(index)
+        if unchanged:
+            return None
+
+        head = {k: v for k, v in delta.items() if k not in TEXT_KEYS and k != "tool_calls"}
+        if isinstance(native, list):
+            for call in native:
+                if isinstance(call, dict):
+                    parts.append(("native", {**call, "index": state.native_index(call.get("index"))}))
+        deltas = parts_to_deltas([p for p in parts if p[0] != "native"])
+        natives = [p[1] for p in parts if p[0] == "native"]
+        if natives:
+            deltas.append({"tool_calls": natives})
+        if head:
+            if deltas and "tool_calls" not in deltas[0]:
+                deltas[0] = {**head, **deltas[0]}
+            else:
+                deltas.insert(0, head)
+        extras = {k: v for k, v in choice.items() if k not in ("index", "delta", "finish_reason", "logprobs")}
+        out = [
+            {**self._template, "choices": [{"index": index, "delta": d, "logprobs": None, "finish_reason": None}]}
+            for d in deltas
+        ]
+        if out and choice.get("logprobs") is not None:
+            out[0]["choices"][0]["logprobs"] = choice["logprobs"]
+        if finish is not None:
+            # finish_reason travels alone, after the last arguments (vLLM #44098)
+            out.append({**self._template, "choices": [{"index": index, "delta": {}, "logprobs": None, "finish_reason": finish}]})
+        if out and extras:
+            out[-1]["choices"][0].update(extras)
+        return out
+
+    def _flush_all(self) -> list[bytes]:
+        """End of stream without a finish_reason: release or close what the lexers hold."""
+        if self._template is None or self._all_idle():
+            return []
+        out: list[bytes] = []
+        for index, state in self._choices.items():
+            parts: list[Part] = []
+            state.finish(parts)
+            for delta in parts_to_deltas(parts):
+                chunk = {**self._template, "choices": [{"index": index, "delta": delta, "logprobs": None, "finish_reason": None}]}
+                out.append(encode_event(orjson.dumps(chunk)))
+        return out
+
+
+def rewrite_chat_completion(body: dict[str, Any], context: RequestContext, *, max_held: int = 1 << 20) -> RewriteStats | None:
+    """Rewrite a non-streaming `chat.completion` body in place; None when nothing changed."""
+    choices = body.get("choices")
+    if not isinstance(choices, list):
+        return None
+    stats = RewriteStats()
+    make_lexer = kimi_lexers(max_held)
+    changed = False
+    for choice in choices:
+        if not isinstance(choice, dict) or not isinstance(choice.get("message"), dict):
+            continue
+        message = choice["message"]
+        state = ChoiceRewriter(context, make_lexer, stats)
+        parts: list[Part] = []
+        channels = text_channels(message)
+        for channel, text in channels:
+            state.feed(channel, text, parts)
+        state.finish(parts)
+        if all(len(p) == 3 and p[0] == "text" for p in parts) and [
+            (p[1], p[2]) for p in parts
+        ] == [(c, t) for c, t in channels if t]:
+            continue  # no markup in this message
+        changed = True
+        texts: dict[str, str] = {}
+        calls: dict[int, dict[str, Any]] = {}
+        for part in parts:
+            if part[0] == "text":
+                for key in part[1]:
+                    texts[key] = texts.get(key, "") + part[2]
+            elif part[0] == "call":
+                calls[part[1]] = {"id": part[2], "type": "function", "function": {"name": part[3], "arguments": ""}}
+            else:
+                calls[part[1]]["function"]["arguments"] += part[2]
+        for channel, _ in channels:
+            for key in channel:
+                message[key] = texts.pop(key, "").strip() or None
+        if CONTENT in texts:  # reasoning that went on after a leaked </think>
+            message[CONTENT] = ((message.get(CONTENT) or "") + texts.pop(CONTENT)).strip() or None
+        if calls:
+            native = message.get("tool_calls") if isinstance(message.get("tool_calls"), list) else []
+            message["tool_calls"] = native + [calls[i] for i in sorted(calls)]
+            if CONTENT not in message:
+                message[CONTENT] = None
+            if choice.get("finish_reason") == "stop":
+                choice["finish_reason"] = "tool_calls"
+                stats.finish_reasons_changed += 1
+    return stats if changed else None

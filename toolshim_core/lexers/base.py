@@ -1,0 +1,109 @@
+"""What every markup lexer emits, and the marker matching they share.
+
+A lexer turns the text of one channel (`content`, or reasoning) into typed segments. It is fed
+the text in whatever pieces the upstream sends and holds back only what a marker could still
+need, so that the output is the same however the text was split.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+
+@dataclass(slots=True, frozen=True)
+class Text:
+    """Visible text that stays in the channel it came from."""
+
+    text: str
+
+
+@dataclass(slots=True, frozen=True)
+class CallBegin:
+    """A tool call starts; its id and name are final."""
+
+    id: str
+    name: str
+
+
+@dataclass(slots=True, frozen=True)
+class CallArgs:
+    """A piece of the current call's arguments (raw JSON text, streamed as it arrives)."""
+
+    text: str
+
+
+@dataclass(slots=True, frozen=True)
+class CallEnd:
+    """The current call is complete."""
+
+
+@dataclass(slots=True, frozen=True)
+class ReasoningEnd:
+    """A leaked `</think>` closed the reasoning: later text of this channel is content."""
+
+
+Segment = Text | CallBegin | CallArgs | CallEnd | ReasoningEnd
+
+
+class Lexer(Protocol):
+    """One incremental lexer per channel and choice."""
+
+    def feed(self, text: str) -> list[Segment]:
+        """Consume the next piece of the channel's text."""
+
+    def finish(self) -> list[Segment]:
+        """End of the channel: release or close whatever is still held."""
+
+    @property
+    def idle(self) -> bool:
+        """True when nothing is held and text without markers would pass unchanged."""
+
+
+@dataclass(slots=True, frozen=True)
+class Marker:
+    """A literal marker and the role it plays in its dialect."""
+
+    text: str
+    kind: str
+
+
+@dataclass(slots=True, frozen=True)
+class Match:
+    """Where `find_marker` stopped: a whole marker, or the start of a possible one."""
+
+    pos: int
+    marker: Marker | None  # None: a marker may begin at `pos`, more text is needed
+
+
+def find_marker(buf: str, start: int, markers: tuple[Marker, ...], final: bool) -> Match | None:
+    """Find the first marker in `buf[start:]`, or the point from which one may still begin.
+
+    Every marker starts with "<", so only those positions are examined: the cost is linear in
+    the text whatever the density of "<". When a whole marker matches but a longer one could
+    still match once more text arrives, the position is held (`marker=None`): this is what lets
+    a truncated marker like `<|tool_calls_section_end|` count only when no `>` follows.
+    """
+    i = buf.find("<", start)
+    n = len(buf)
+    while i != -1:
+        best: Marker | None = None
+        maybe_longer = False
+        for marker in markers:
+            length = len(marker.text)
+            if n - i >= length:
+                if buf.startswith(marker.text, i) and (best is None or length > len(best.text)):
+                    best = marker
+            elif not final and marker.text.startswith(buf[i:]):
+                maybe_longer = True
+        if maybe_longer:
+            return Match(i, None)
+        if best is not None:
+            return Match(i, best)
+        i = buf.find("<", i + 1)
+    return None
+
+
+def is_marker_fragment(tail: str, markers: tuple[Marker, ...]) -> bool:
+    """True when `tail` is a proper beginning of some marker (and at least two characters)."""
+    return len(tail) >= 2 and any(m.text.startswith(tail) and m.text != tail for m in markers)

@@ -1,0 +1,328 @@
+"""Kimi K2 / K2-Thinking / K2.5 tool-call markup.
+
+    <|tool_calls_section_begin|>
+    <|tool_call_begin|>functions.NAME:N<|tool_call_argument_begin|>{json}<|tool_call_end|>
+    <|tool_calls_section_end|>
+
+Accepted as well: singular section tokens, calls with no section around them, calls with no
+`<|tool_call_end|>` (the next call or the section end closes them), a section end missing its
+final `>`, the paper's `<|tool_arguments_begin|>`, and any whitespace around the markers
+(servers that keep special tokens decode them with a space on each side). In a reasoning
+channel a `</think>` after a section ends the reasoning.
+
+States (`_state`), and what moves between them:
+
+    TEXT     --section begin-->  SECTION   --call begin-->  HEADER --argument begin--> ARGS
+    TEXT     --call begin----->  HEADER                      HEADER --call end/section end--> (call with {})
+    ARGS     --call end-------->  SECTION   ARGS --call begin--> HEADER   ARGS --section end--> TEXT
+    SECTION  --section end---->  TEXT
+    HEADER   --argument begin, header names no tool directly--> INFER (arguments held, name from keys)
+    HEADER   --argument begin, header unusable--------------> VISIBLE (the call stays text)
+"""
+
+from __future__ import annotations
+
+import re
+
+import orjson
+
+from ..tools import TOOL_NAME, RequestContext
+from .base import (
+    CallArgs,
+    CallBegin,
+    CallEnd,
+    Marker,
+    ReasoningEnd,
+    Segment,
+    Text,
+    find_marker,
+    is_marker_fragment,
+)
+
+SECTION_BEGIN, SECTION_END = "section_begin", "section_end"
+CALL_BEGIN, ARGUMENT_BEGIN, CALL_END = "call_begin", "argument_begin", "call_end"
+THINK_END = "think_end"
+
+_KIMI_MARKERS = (
+    Marker("<|tool_calls_section_begin|>", SECTION_BEGIN),
+    Marker("<|tool_call_section_begin|>", SECTION_BEGIN),
+    Marker("<|tool_calls_section_end|>", SECTION_END),
+    Marker("<|tool_call_section_end|>", SECTION_END),
+    Marker("<|tool_calls_section_end|", SECTION_END),  # truncated spelling seen in the wild
+    Marker("<|tool_call_section_end|", SECTION_END),
+    Marker("<|tool_call_begin|>", CALL_BEGIN),
+    Marker("<|tool_call_argument_begin|>", ARGUMENT_BEGIN),
+    Marker("<|tool_arguments_begin|>", ARGUMENT_BEGIN),  # the K2 tech report's spelling
+    Marker("<|tool_call_end|>", CALL_END),
+)
+_THINK_END = Marker("</think>", THINK_END)
+
+TEXT, SECTION, HEADER, ARGS, INFER, VISIBLE = "text", "section", "header", "args", "infer", "visible"
+
+MAX_HEADER = 256  # a call header longer than this is not a header: release it as text
+
+_CANONICAL_HEADER = re.compile(r"(?:functions\.)?(?P<name>[A-Za-z0-9_-]{1,64}):(?P<n>\d+)")
+
+
+class KimiCallNamer:
+    """Turns call headers into (id, name), per choice: ids stay unique within the response.
+
+    The id is the header verbatim (the model copies ids from the history, and rewritten ids
+    make it degrade); an id is minted as `functions.NAME:N` only when the header is unusable.
+    """
+
+    def __init__(self, context: RequestContext) -> None:
+        self._tools = context.tools
+        self._next_counter = context.next_kimi_counter
+        self._used_ids: set[str] = set()
+
+    def name_for(self, header: str) -> str | None:
+        """The tool a header names, or None when only the arguments can tell (or nothing can).
+
+        Order (research: parsers.md section 5): strip `functions.` and `:N`; a declared name
+        wins; else a declared name inside the header (`functionsexec5`); with one declared tool,
+        that tool. Without declared tools only the canonical spellings are trusted.
+        """
+        header = header.strip()
+        canonical = _CANONICAL_HEADER.fullmatch(header)
+        if canonical:
+            self._next_counter = max(self._next_counter, int(canonical.group("n")) + 1)
+            name = canonical.group("name")
+            if not self._tools or name in self._tools:
+                return name
+            return None  # a tool the client never declared: keep it visible
+        if not self._tools:
+            bare = header.removeprefix("functions.")
+            return bare if header.startswith("functions.") and TOOL_NAME.fullmatch(bare) else None
+        inside = [name for name in self._tools if name in header]
+        if inside:
+            return max(inside, key=len)
+        if len(self._tools) == 1:
+            return next(iter(self._tools))
+        return None
+
+    def can_infer(self) -> bool:
+        return len(self._tools) > 1
+
+    def name_from_arguments(self, arguments: str) -> str | None:
+        """Pick the declared tool whose parameters best fit the argument keys (unique best)."""
+        try:
+            parsed = orjson.loads(arguments) if arguments.strip() else {}
+        except orjson.JSONDecodeError:
+            return None
+        if not isinstance(parsed, dict):
+            return None
+        keys = set(parsed)
+        scored = []
+        for name, spec in self._tools.items():
+            properties = (spec.parameters or {}).get("properties")
+            params = set(properties) if isinstance(properties, dict) else set()
+            overlap = len(keys & params)
+            if overlap or not keys:
+                scored.append((overlap - len(keys - params), name))
+        scored.sort(reverse=True)
+        if not scored or (len(scored) > 1 and scored[0][0] == scored[1][0]):
+            return None
+        return scored[0][1]
+
+    def id_for(self, header: str, name: str) -> str:
+        header = header.strip()
+        usable = 0 < len(header) <= 128 and not header.isdigit() and not any(c.isspace() for c in header)
+        if usable and header not in self._used_ids:
+            call_id = header
+        else:
+            call_id = f"functions.{name}:{self._next_counter}"
+            self._next_counter += 1
+        self._used_ids.add(call_id)
+        return call_id
+
+
+class KimiLexer:
+    """Incremental lexer for one channel of one choice (see the module docstring)."""
+
+    def __init__(self, namer: KimiCallNamer, *, reasoning: bool = False, max_held: int = 1 << 20) -> None:
+        self._namer = namer
+        self._reasoning = reasoning
+        self._max_held = max_held
+        self._state = TEXT
+        self._buf = ""  # unread text: at most a possible marker, or whitespace ending the arguments
+        self._strip_leading = False  # whitespace right after a marker is markup padding
+        self._seen_section = False
+        self._header = ""
+        self._raw_call: list[str] = []  # the markup of the current call, in case it stays text
+        self._args_sent = False
+        self._held_args: list[str] = []  # INFER: arguments kept until the name is known
+        self._held_size = 0
+
+    @property
+    def idle(self) -> bool:
+        return self._state == TEXT and not self._buf and not self._strip_leading
+
+    @property
+    def held(self) -> int:
+        """Characters held back (the per-flow memory cap counts these)."""
+        return len(self._buf) + len(self._header) + self._held_size
+
+    def feed(self, text: str) -> list[Segment]:
+        self._buf += text
+        return self._run(final=False)
+
+    def finish(self) -> list[Segment]:
+        if self._state != TEXT:
+            # A marker cut in half inside markup is markup, not text.
+            cut = self._buf.rfind("<")
+            if cut != -1 and is_marker_fragment(self._buf[cut:], _KIMI_MARKERS):
+                self._buf = self._buf[:cut]
+        out = self._run(final=True)
+        if self._state == HEADER:  # cut off before the arguments began: the markup stays text
+            self._release_call_as_text(out)
+        elif self._state in (ARGS, INFER):
+            self._close_call(out, closing_marker="")
+        return out
+
+    # -- scanning ------------------------------------------------------------------------------
+
+    def _markers(self) -> tuple[Marker, ...]:
+        if self._reasoning and self._seen_section and self._state in (TEXT, SECTION):
+            return _KIMI_MARKERS + (_THINK_END,)
+        return _KIMI_MARKERS
+
+    def _run(self, final: bool) -> list[Segment]:
+        out: list[Segment] = []
+        buf, pos = self._buf, 0
+        while True:
+            match = find_marker(buf, pos, self._markers(), final)
+            complete = match is not None and match.marker is not None
+            end = len(buf) if match is None else match.pos
+            if self._state == ARGS and not complete and not final:
+                # Trailing whitespace may be the padding before an end marker: leave it unread
+                # until something else arrives (bounded, so a flood of spaces still flows).
+                kept = end - pos - len(buf[pos:end].rstrip())
+                if kept < self._max_held:
+                    end -= kept
+            if end > pos:
+                self._take_text(buf[pos:end], out, before_marker=complete or final)
+                pos = end
+            if not complete:
+                break
+            pos = match.pos + len(match.marker.text)
+            self._on_marker(match.marker, out)
+        self._buf = buf[pos:]
+        return out
+
+    def _take_text(self, text: str, out: list[Segment], before_marker: bool) -> None:
+        state = self._state
+        if state in (TEXT, SECTION):
+            if self._strip_leading or state == SECTION:
+                text = text.lstrip()
+                if not text:
+                    return
+                self._strip_leading = False
+            out.append(Text(text))
+        elif state == ARGS:
+            if not self._args_sent:
+                text = text.lstrip()
+            if before_marker:
+                text = text.rstrip()
+            if text:
+                out.append(CallArgs(text))
+                self._args_sent = True
+        elif state == HEADER:
+            self._header += text
+            self._raw_call.append(text)
+            if len(self._header) > MAX_HEADER:
+                self._release_call_as_text(out)
+        elif state == INFER:
+            self._held_args.append(text)
+            self._raw_call.append(text)
+            self._held_size += len(text)
+            if self._held_size > self._max_held:
+                self._release_call_as_text(out)
+        else:  # VISIBLE
+            out.append(Text(text))
+
+    # -- transitions ---------------------------------------------------------------------------
+
+    def _on_marker(self, marker: Marker, out: list[Segment]) -> None:
+        kind, state = marker.kind, self._state
+        if state == VISIBLE:
+            out.append(Text(marker.text))  # the call stays text, markers and all
+            if kind == CALL_BEGIN:
+                out.pop()  # a new call gets its own chance
+        elif state in (HEADER, ARGS, INFER):
+            if kind == ARGUMENT_BEGIN and state == HEADER:
+                self._raw_call.append(marker.text)
+                self._open_call(out)
+                return
+            if kind not in (CALL_BEGIN, CALL_END, SECTION_END):
+                return  # a stray marker inside a call is dropped
+            if state == HEADER:  # a call with no arguments at all
+                self._open_call(out)
+            # A call-begin is not part of the call it closes: it opens the next one.
+            self._close_call(out, closing_marker="" if kind == CALL_BEGIN else marker.text)
+        elif kind == THINK_END:
+            out.append(ReasoningEnd())
+            self._state = TEXT
+            self._strip_leading = True
+            return
+        elif kind == SECTION_BEGIN:
+            self._seen_section = True
+            self._state = SECTION
+            return
+
+        if kind == CALL_BEGIN:
+            self._seen_section = True
+            self._state = HEADER
+            self._header = ""
+            self._raw_call = [marker.text]
+        elif kind == SECTION_END:
+            self._state = TEXT
+            self._strip_leading = True
+        elif kind == CALL_END and state not in (TEXT, SECTION):
+            self._state = SECTION
+        elif state == TEXT:
+            self._strip_leading = True  # a stray marker: dropped with its padding
+
+    def _open_call(self, out: list[Segment]) -> None:
+        name = self._namer.name_for(self._header)
+        if name is not None:
+            out.append(CallBegin(self._namer.id_for(self._header, name), name))
+            self._state = ARGS
+            self._args_sent = False
+        elif self._namer.can_infer() and self._header.strip():
+            self._state = INFER
+            self._held_args = []
+            self._held_size = 0
+        else:
+            self._release_call_as_text(out)
+
+    def _close_call(self, out: list[Segment], closing_marker: str) -> None:
+        if self._state == ARGS:
+            if not self._args_sent:
+                out.append(CallArgs("{}"))
+            out.append(CallEnd())
+        elif self._state == INFER:
+            arguments = "".join(self._held_args).strip()
+            name = self._namer.name_from_arguments(arguments)
+            if name is None:
+                out.append(Text("".join(self._raw_call) + closing_marker))
+            else:
+                out.append(CallBegin(self._namer.id_for(self._header, name), name))
+                out.append(CallArgs(arguments or "{}"))
+                out.append(CallEnd())
+        elif self._state == VISIBLE and closing_marker:
+            out.append(Text(closing_marker))
+        self._state = SECTION
+        self._header = ""
+        self._raw_call = []
+        self._held_args = []
+        self._held_size = 0
+
+    def _release_call_as_text(self, out: list[Segment]) -> None:
+        """The current call cannot become a call: its markup is shown as text, nothing lost."""
+        out.append(Text("".join(self._raw_call)))
+        self._state = VISIBLE
+        self._header = ""
+        self._raw_call = []
+        self._held_args = []
+        self._held_size = 0

@@ -1,0 +1,121 @@
+"""Incremental Server-Sent Events framing.
+
+`SseFramer` is fed the response body in whatever pieces the network delivers and hands back
+whole events, each carrying its exact upstream bytes so that an event needing no change can be
+forwarded byte for byte. Bytes are never decoded before an event is complete, so a UTF-8
+sequence split across reads is never mangled.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+# One line ending: CRLF, a lone CR or a lone LF (the SSE spec allows all three).
+_LINE_END = re.compile(rb"\r\n|\r|\n")
+
+
+@dataclass(slots=True)
+class SseEvent:
+    """One SSE block: its raw bytes (terminating blank line included) and its parsed fields."""
+
+    raw: bytes
+    data: str | None = None  # data lines joined with "\n"; None when the block has no data line
+    event: str | None = None  # the `event:` field, when present
+    malformed: bool = False  # not valid UTF-8: can only be forwarded as it is
+
+    @property
+    def is_done_sentinel(self) -> bool:
+        return self.data is not None and self.data.startswith("[DONE]")
+
+
+def parse_block(raw: bytes) -> SseEvent:
+    """Parse one complete block (as cut by SseFramer) into its fields."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return SseEvent(raw, malformed=True)
+    data_lines: list[str] = []
+    event_name = None
+    for line in _LINE_END.split(text):
+        if not line or line.startswith(":"):
+            continue
+        name, sep, value = line.partition(":")
+        if sep and value.startswith(" "):
+            value = value[1:]
+        if name == "data":
+            data_lines.append(value)
+        elif name == "event":
+            event_name = value
+    return SseEvent(raw, "\n".join(data_lines) if data_lines else None, event_name)
+
+
+def encode_event(data: bytes, event: str | None = None) -> bytes:
+    """Serialise one event (`data` must be a single line, as compact JSON is)."""
+    if event is None:
+        return b"data: " + data + b"\n\n"
+    return b"event: " + event.encode() + b"\ndata: " + data + b"\n\n"
+
+
+class SseFramer:
+    """Cuts a byte stream into SSE blocks at blank lines.
+
+    Scanning resumes where the previous feed stopped, so an event delivered one byte at a time
+    costs linear work, not quadratic.
+    """
+
+    def __init__(self) -> None:
+        self._buf = bytearray()
+        self._scan = 0  # first byte of the line not yet scanned
+        self._line_start = 0  # start of the current (unfinished) line
+
+    @property
+    def pending(self) -> int:
+        """Bytes held because their event is not complete yet."""
+        return len(self._buf)
+
+    def feed(self, data: bytes) -> list[bytes]:
+        """Add bytes; return the raw bytes of every block completed by them."""
+        self._buf += data
+        return self._cut(final=False)
+
+    def close(self) -> list[bytes]:
+        """End of body: return the completed blocks and any incomplete tail, unchanged."""
+        blocks = self._cut(final=True)
+        if self._buf:
+            blocks.append(bytes(self._buf))
+            self._buf.clear()
+        self._scan = self._line_start = 0
+        return blocks
+
+    def take_pending(self) -> bytes:
+        """Give up framing: return the held bytes as they are (used when failing open)."""
+        rest = bytes(self._buf)
+        self._buf.clear()
+        self._scan = self._line_start = 0
+        return rest
+
+    def _cut(self, final: bool) -> list[bytes]:
+        buf = self._buf
+        blocks: list[bytes] = []
+        block_start = 0
+        scan, line_start = self._scan, self._line_start
+        while True:
+            m = _LINE_END.search(buf, scan)
+            if m is None:
+                scan = len(buf)  # the next feed resumes here instead of rescanning the line
+                break
+            end = m.end()
+            if m.group() == b"\r" and end == len(buf) and not final:
+                scan = m.start()  # a CR at the very end may be the first half of a CRLF
+                break
+            if m.start() == line_start:  # empty line: the block is complete
+                blocks.append(bytes(buf[block_start:end]))
+                block_start = end
+            scan = line_start = end
+        if block_start:
+            del buf[:block_start]
+            scan -= block_start
+            line_start -= block_start
+        self._scan, self._line_start = scan, line_start
+        return blocks

@@ -1,0 +1,91 @@
+"""What the request told us: the declared tools and the conversation's tool-call history.
+
+Both API shapes of a tool declaration are normalised into one registry:
+Chat Completions `{"type": "function", "function": {"name", "parameters", "strict", ...}}` and
+Responses `{"type": "function", "name", "parameters", "strict", ...}`.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+# OpenAI's rule for function names; dots never occur, hyphens do (MCP tools).
+TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+_KIMI_COUNTER = re.compile(r":(\d+)\s*$")
+
+
+@dataclass(slots=True, frozen=True)
+class ToolSpec:
+    name: str
+    parameters: dict[str, Any] | None = None
+    strict: bool = False
+
+
+@dataclass(slots=True)
+class RequestContext:
+    """Everything the rewrite of one response needs to know about its request."""
+
+    tools: dict[str, ToolSpec] = field(default_factory=dict)
+    # The Kimi `:N` suffix counts tool calls over the whole conversation; minted ids continue it.
+    next_kimi_counter: int = 0
+
+    @classmethod
+    def from_body(cls, body: bytes | None) -> RequestContext:
+        """Read a request body; anything unreadable gives an empty context (no tools known)."""
+        if not body:
+            return cls()
+        try:
+            request = orjson.loads(body)
+        except orjson.JSONDecodeError:
+            return cls()
+        if not isinstance(request, dict):
+            return cls()
+        return cls(tools=_declared_tools(request.get("tools")), next_kimi_counter=_next_counter(request))
+
+
+def _declared_tools(tools: Any) -> dict[str, ToolSpec]:
+    registry: dict[str, ToolSpec] = {}
+    if not isinstance(tools, list):
+        return registry
+    for tool in tools:
+        if not isinstance(tool, dict) or tool.get("type", "function") != "function":
+            continue
+        spec = tool.get("function") if isinstance(tool.get("function"), dict) else tool
+        name = spec.get("name")
+        if not isinstance(name, str) or not name:
+            continue
+        parameters = spec.get("parameters")
+        registry[name] = ToolSpec(
+            name=name,
+            parameters=parameters if isinstance(parameters, dict) else None,
+            strict=spec.get("strict") is True,
+        )
+    return registry
+
+
+def _next_counter(request: dict[str, Any]) -> int:
+    """One past the highest Kimi counter in the ids of the conversation so far."""
+    highest = -1
+    for item in _history_items(request):
+        if not isinstance(item, dict):
+            continue
+        ids = [item.get("tool_call_id"), item.get("call_id")]
+        for call in item.get("tool_calls") or ():
+            if isinstance(call, dict):
+                ids.append(call.get("id"))
+        for call_id in ids:
+            if isinstance(call_id, str) and (m := _KIMI_COUNTER.search(call_id)):
+                highest = max(highest, int(m.group(1)))
+    return highest + 1
+
+
+def _history_items(request: dict[str, Any]) -> list[Any]:
+    for key in ("messages", "input"):  # Chat Completions, Responses
+        items = request.get(key)
+        if isinstance(items, list):
+            return items
+    return []
