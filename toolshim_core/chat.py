@@ -22,7 +22,7 @@ from .tools import RequestContext
 
 CONTENT = "content"
 REASONING_KEYS = ("reasoning_content", "reasoning")  # SGLang/Moonshot, vLLM/OpenRouter
-TEXT_KEYS = (*REASONING_KEYS, CONTENT)  # reasoning comes first within one delta
+TEXT_KEYS = (*REASONING_KEYS, CONTENT)
 
 LexerFactory = Callable[[KimiCallNamer, bool], Lexer]
 
@@ -105,11 +105,12 @@ class ChoiceRewriter:
 
 def text_channels(holder: dict[str, Any]) -> list[tuple[tuple[str, ...], str]]:
     """The text fields of a delta or message as channels: mirrored reasoning fields are one."""
-    present = [(key, holder[key]) for key in TEXT_KEYS if isinstance(holder.get(key), str)]
-    if len(present) >= 2 and present[0][0] in REASONING_KEYS and present[1][0] in REASONING_KEYS:
-        if present[0][1] == present[1][1]:
-            return [((present[0][0], present[1][0]), present[0][1]), *present[2:]]
-    return [((key,), text) for key, text in present]
+    present = [(key, value) for key, value in holder.items() if key in TEXT_KEYS and isinstance(value, str)]
+    reasoning = [(key, value) for key, value in present if key != CONTENT]
+    if len(reasoning) == 2 and reasoning[0][1] == reasoning[1][1]:
+        mirrored = ((reasoning[0][0], reasoning[1][0]), reasoning[0][1])
+        return [mirrored if key != CONTENT else ((key,), value) for key, value in present if key != reasoning[1][0]]
+    return [((key,), value) for key, value in present]
 
 
 def parts_to_deltas(parts: list[Part]) -> list[dict[str, Any]]:

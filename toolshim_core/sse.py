@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 # One line ending: CRLF, a lone CR or a lone LF (the SSE spec allows all three).
 _LINE_END = re.compile(rb"\r\n|\r|\n")
+_TEXT_LINE_END = re.compile(r"\r\n|\r|\n")
 
 
 @dataclass(slots=True)
@@ -37,7 +38,7 @@ def parse_block(raw: bytes) -> SseEvent:
         return SseEvent(raw, malformed=True)
     data_lines: list[str] = []
     event_name = None
-    for line in _LINE_END.split(text):
+    for line in _TEXT_LINE_END.split(text):
         if not line or line.startswith(":"):
             continue
         name, sep, value = line.partition(":")

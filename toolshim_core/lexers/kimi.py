@@ -201,7 +201,7 @@ class KimiLexer:
                 if kept < self._max_held:
                     end -= kept
             if end > pos:
-                self._take_text(buf[pos:end], out, before_marker=complete or final)
+                self._take_text(buf[pos:end], out, match.marker if complete else None, final)
                 pos = end
             if not complete:
                 break
@@ -210,8 +210,15 @@ class KimiLexer:
         self._buf = buf[pos:]
         return out
 
-    def _take_text(self, text: str, out: list[Segment], before_marker: bool) -> None:
+    def _take_text(self, text: str, out: list[Segment], next_marker: Marker | None, final: bool) -> None:
+        """Text between markers; `next_marker` is the marker right after it, if known yet."""
         state = self._state
+        if state == TEXT and next_marker is not None and next_marker.kind in (SECTION_BEGIN, CALL_BEGIN):
+            # Servers that keep special tokens decode them with a space on each side: the
+            # space arriving with a section or call begin is its padding, not text.
+            text = text.rstrip()
+            if not text:
+                return
         if state in (TEXT, SECTION):
             if self._strip_leading or state == SECTION:
                 text = text.lstrip()
@@ -222,7 +229,7 @@ class KimiLexer:
         elif state == ARGS:
             if not self._args_sent:
                 text = text.lstrip()
-            if before_marker:
+            if next_marker is not None or final:
                 text = text.rstrip()
             if text:
                 out.append(CallArgs(text))
