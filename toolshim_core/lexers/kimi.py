@@ -58,6 +58,7 @@ _KIMI_MARKERS = (
 _THINK_END = Marker("</think>", THINK_END)
 
 TEXT, SECTION, HEADER, ARGS, INFER, VISIBLE = "text", "section", "header", "args", "infer", "visible"
+KEEP, HOLD, DROP = "keep", "hold", "drop"  # what happens to whitespace after markup
 
 MAX_HEADER = 256  # a call header longer than this is not a header: release it as text
 
@@ -146,7 +147,9 @@ class KimiLexer:
         self._max_held = max_held
         self._state = TEXT
         self._buf = ""  # unread text: at most a possible marker, or whitespace ending the arguments
-        self._strip_leading = False  # whitespace right after a marker is markup padding
+        # Whitespace right after markup: HOLD it until prose follows (then it separates the
+        # prose from the text before the markup) or DROP it (after `</think>`).
+        self._leading_ws = KEEP
         self._seen_section = False
         self._header = ""
         self._raw_call: list[str] = []  # the markup of the current call, in case it stays text
@@ -156,7 +159,7 @@ class KimiLexer:
 
     @property
     def idle(self) -> bool:
-        return self._state == TEXT and not self._buf and not self._strip_leading
+        return self._state == TEXT and not self._buf and self._leading_ws == KEEP
 
     @property
     def held(self) -> int:
@@ -194,8 +197,8 @@ class KimiLexer:
             match = find_marker(buf, pos, self._markers(), final)
             complete = match is not None and match.marker is not None
             end = len(buf) if match is None else match.pos
-            if self._state == ARGS and not complete and not final:
-                # Trailing whitespace may be the padding before an end marker: leave it unread
+            if not complete and not final and (self._state == ARGS or self._leading_ws == HOLD):
+                # Whitespace at the end may be padding before the next marker: leave it unread
                 # until something else arrives (bounded, so a flood of spaces still flows).
                 kept = end - pos - len(buf[pos:end].rstrip())
                 if kept < self._max_held:
@@ -220,11 +223,13 @@ class KimiLexer:
             if not text:
                 return
         if state in (TEXT, SECTION):
-            if self._strip_leading or state == SECTION:
+            if state == SECTION or self._leading_ws == DROP:
                 text = text.lstrip()
-                if not text:
-                    return
-                self._strip_leading = False
+            elif self._leading_ws == HOLD and text.isspace():
+                return  # whitespace-only between markup and markup or the end: padding
+            if not text:
+                return
+            self._leading_ws = KEEP
             out.append(Text(text))
         elif state == ARGS:
             if not self._args_sent:
@@ -270,7 +275,7 @@ class KimiLexer:
         elif kind == THINK_END:
             out.append(ReasoningEnd())
             self._state = TEXT
-            self._strip_leading = True
+            self._leading_ws = DROP
             return
         elif kind == SECTION_BEGIN:
             self._seen_section = True
@@ -284,11 +289,11 @@ class KimiLexer:
             self._raw_call = [marker.text]
         elif kind == SECTION_END:
             self._state = TEXT
-            self._strip_leading = True
+            self._leading_ws = HOLD
         elif kind == CALL_END and state not in (TEXT, SECTION):
             self._state = SECTION
         elif state == TEXT:
-            self._strip_leading = True  # a stray marker: dropped with its padding
+            self._leading_ws = HOLD  # a stray marker: dropped with its padding
 
     def _open_call(self, out: list[Segment]) -> None:
         name = self._namer.name_for(self._header)
