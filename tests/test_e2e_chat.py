@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import json
+import time
+from concurrent.futures import ThreadPoolExecutor
 
+import httpx
 import openai
+import pytest
 from openai.lib.streaming.chat import ChatCompletionStreamState
 
-from harness import ScriptedUpstream, sse_body
+from harness import ScriptedUpstream, chat_completion, split_bytes, sse_body
 from kimi import SEED_000, USAGE, kimi_chunks
+from wire import check_chat_stream
 
 MESSAGES = [{"role": "user", "content": "What is in /usr/include/asm?"}]
 
@@ -39,3 +44,118 @@ def test_seed_stream_becomes_two_tool_calls(upstream: ScriptedUpstream, openai_c
     assert {c.model for c in raw} == {unique_model}
     # the request went upstream asking for an uncompressed body
     assert upstream.requests_for(unique_model)[-1].headers["accept-encoding"] == "identity"
+
+
+def test_stream_helper_sees_argument_events(upstream: ScriptedUpstream, openai_client, unique_model):
+    upstream.add(unique_model, chunks=[sse_body(kimi_chunks(unique_model, SEED_000))])
+    done_events = []
+    with openai_client.chat.completions.stream(model=unique_model, messages=MESSAGES) as stream:
+        for event in stream:
+            if event.type == "tool_calls.function.arguments.done":
+                done_events.append((event.index, event.name, json.loads(event.arguments)))
+        final = stream.get_final_completion()
+    assert done_events == [
+        (0, "bash", {"command": "ls -la /usr/include | grep asm"}),
+        (1, "read_file", {"path": "/usr/include/asm/unistd.h"}),
+    ]
+    assert final.choices[0].finish_reason == "tool_calls"
+
+
+def test_calls_in_content_with_text_before_and_after(upstream, openai_client, unique_model):
+    pieces = ["Let me look.", " <|tool_calls_section_begin|>", "<|tool_call_begin|>functions.read_file:0",
+              "<|tool_call_argument_begin|>", '{"path": "a.txt"}', "<|tool_call_end|>", "<|tool_calls_section_end|>", "\n\nOne moment."]
+    upstream.add(unique_model, chunks=[sse_body(kimi_chunks(unique_model, pieces, fields=("content",)))])
+    final, _ = accumulate(openai_client, unique_model)
+    message = final.choices[0].message
+    assert message.content == "Let me look.\n\nOne moment."
+    assert [(c.id, c.function.name, c.function.arguments) for c in message.tool_calls] == [
+        ("functions.read_file:0", "read_file", '{"path": "a.txt"}')
+    ]
+
+
+def test_tool_calls_stream_live_not_buffered(upstream, openai_client, unique_model):
+    """The call reaches the client while upstream is still sending (0.3 s between events)."""
+    chunks = kimi_chunks(unique_model, ["<|tool_call_begin|>functions.bash:0<|tool_call_argument_begin|>", '{"command": ', '"ls"}', "<|tool_call_end|>"], fields=("content",))
+    upstream.add(unique_model, chunks=[*(sse_body([c], done=False) for c in chunks), b"data: [DONE]\n\n"], delay=0.3)
+    arrivals = []
+    for c in openai_client.chat.completions.create(model=unique_model, messages=MESSAGES, stream=True):
+        arrivals.append((time.monotonic(), c))
+    first_call = next(t for t, c in arrivals if c.choices and c.choices[0].delta.tool_calls)
+    last = arrivals[-1][0]
+    assert last - first_call > 0.5  # the call came at least two upstream events before the end
+
+
+def test_non_streaming_body_is_rewritten(upstream, openai_client, unique_model):
+    content = " <|tool_calls_section_begin|> <|tool_call_begin|> functions.bash:3 <|tool_call_argument_begin|> {\"command\": \"date\"} <|tool_call_end|> <|tool_calls_section_end|>"
+    upstream.add_json(unique_model, chat_completion(unique_model, content=content))
+    completion = openai_client.chat.completions.create(model=unique_model, messages=MESSAGES)
+    choice = completion.choices[0]
+    assert choice.message.content is None
+    assert [(c.id, c.function.name, c.function.arguments) for c in choice.message.tool_calls] == [("functions.bash:3", "bash", '{"command": "date"}')]
+    assert choice.finish_reason == "tool_calls"
+
+
+@pytest.mark.parametrize("status, content_type", [(500, "application/json"), (429, "text/event-stream"), (400, "application/json")])
+def test_error_responses_pass_byte_for_byte(upstream, proxy, unique_model, status, content_type):
+    body = b'{"error": {"message": "<|tool_call_begin|>functions.x:0 no"}}'
+    if content_type == "text/event-stream":
+        body = b"data: " + body + b"\n\n"
+    upstream.add(unique_model, status=status, headers={"content-type": content_type}, chunks=[body])
+    response = httpx.post(f"{proxy.base_url}/chat/completions", json={"model": unique_model, "messages": MESSAGES, "stream": True})
+    assert response.status_code == status
+    assert response.content == body
+
+
+def test_non_llm_requests_pass_untouched(upstream, proxy):
+    body = b'{"data": [{"id": "kimi-k2", "note": "<|tool_calls_section_begin|>"}]}'
+    upstream.add("/v1/models", headers={"content-type": "application/json"}, chunks=[body])
+    response = httpx.get(f"{proxy.base_url}/models")
+    assert response.status_code == 200 and response.content == body
+    assert "accept-encoding" not in upstream.requests_for("/v1/models")[-1].headers or upstream.requests_for("/v1/models")[-1].headers["accept-encoding"] != "identity"
+
+
+def raw_stream(proxy, model) -> bytes:
+    with httpx.stream("POST", f"{proxy.base_url}/chat/completions", json={"model": model, "messages": MESSAGES, "stream": True}, timeout=30) as response:
+        assert response.status_code == 200
+        return response.read()
+
+
+@pytest.mark.parametrize("framing", ["chunked", "content-length", "close"])
+@pytest.mark.parametrize("gzip", [False, True])
+def test_framings_and_compression_give_the_same_result(upstream, proxy, unique_model, framing, gzip):
+    body = sse_body(kimi_chunks(unique_model, SEED_000))
+    upstream.add(unique_model, chunks=split_bytes(body, range(0, len(body), 97)), framing=framing, gzip=gzip, delay=0.001)
+    result = check_chat_stream(raw_stream(proxy, unique_model))
+    assert [c["id"] for c in result["tool_calls"]] == ["functions.bash:15", "functions.read_file:16"]
+    assert result["usage"] == USAGE and result["done"]
+
+
+def test_every_byte_its_own_network_read(upstream, proxy, unique_model):
+    body = sse_body(kimi_chunks(unique_model, SEED_000))
+    expected = check_chat_stream(raw_stream_once(upstream, proxy, unique_model + "-whole", [body]))
+    upstream.add(unique_model, chunks=[body[i : i + 1] for i in range(len(body))], delay=0.0002)
+    assert check_chat_stream(raw_stream(proxy, unique_model)) == expected
+
+
+def raw_stream_once(upstream, proxy, model, chunks, delay=0.0) -> bytes:
+    upstream.add(model, chunks=chunks, delay=delay)
+    return raw_stream(proxy, model)
+
+
+def test_every_byte_boundary_through_mitmdump_and_the_sdk(upstream, proxy, unique_model):
+    """The seed stream cut in two at every byte: identical tool calls each time, via the SDK."""
+    body = sse_body(kimi_chunks("k2", SEED_000, fields=("reasoning_content",), usage=None, role_chunk=False))
+    client = openai.OpenAI(base_url=proxy.base_url, api_key="k", max_retries=0, timeout=30)
+
+    def calls_for(cut: int):
+        model = f"{unique_model}-{cut}"
+        upstream.add(model, chunks=split_bytes(body, [cut]), delay=0.002)
+        final, _ = accumulate(client, model)
+        message = final.choices[0].message
+        return [(c.id, c.function.name, c.function.arguments) for c in message.tool_calls], final.choices[0].finish_reason
+
+    expected = calls_for(0)
+    assert [name for _, name, _ in expected[0]] == ["bash", "read_file"]
+    with ThreadPoolExecutor(8) as pool:
+        results = list(pool.map(calls_for, range(1, len(body))))
+    assert all(r == expected for r in results), [i + 1 for i, r in enumerate(results) if r != expected][:10]

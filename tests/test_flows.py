@@ -1,0 +1,177 @@
+"""Recorded flows replayed offline through the real addon, against hand-written expectations.
+
+Each `flows/<situation>.flow` holds one flow recorded by `tests/record_flows.py` through a
+mitmdump without toolshim, so its response is the upstream's raw body. Beside it,
+`flows/<situation>.expected.json` says, written by hand, what toolshim must make of it:
+
+    {"content", "reasoning", "reasoning_content", "tool_calls": [{"id", "name", "arguments"}],
+     "finish_reason", "usage"}   the accumulated stream (tests/wire.py) or the JSON message
+    {"unchanged": true}          the response body stays byte for byte what was recorded
+
+(both may appear together; "note" is a free-text description). All flows go through one
+`mitmdump -nr ... -s addon/toolshim.py` run, since every mitmdump start costs about a second.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from harness import PROJECT_ROOT, read_flows, run_offline
+from wire import check_chat_stream
+
+FLOWS_DIR = PROJECT_ROOT / "flows"
+FLOW_FILES = sorted(FLOWS_DIR.glob("*.flow"))
+RESULT_KEYS = ("content", "reasoning", "reasoning_content", "tool_calls", "finish_reason", "usage")
+KNOWN_KEYS = {*RESULT_KEYS, "unchanged", "note"}
+METADATA_KEY = "toolshim"
+
+
+def situation(path: Path) -> str:
+    return path.name.removesuffix(".flow")
+
+
+def expected_path(path: Path) -> Path:
+    return path.with_name(situation(path) + ".expected.json")
+
+
+@dataclass
+class Replay:
+    originals: dict[str, Any]  # situation -> the recorded flow
+    first: dict[str, Any]  # situation -> after one offline rewrite
+    second: dict[str, Any]  # situation -> after rewriting the first output again
+    runs: list[Any]  # the CompletedProcess of each mitmdump run
+
+
+def write_flows(path: Path, flows: list[Any]) -> None:
+    from mitmproxy import io as mio
+
+    with open(path, "wb") as f:
+        writer = mio.FlowWriter(f)
+        for flow in flows:
+            writer.add(flow)
+
+
+def by_situation(flows: list[Any], ids: dict[str, str]) -> dict[str, Any]:
+    found = {flow.id: flow for flow in flows}
+    return {name: found.get(flow_id) for name, flow_id in ids.items()}
+
+
+def offline(src: Path, dst: Path, runs: list[Any]) -> list[Any]:
+    result = run_offline(src, dst)
+    runs.append(result)
+    assert result.returncode == 0, f"mitmdump -r {src.name} exited {result.returncode}:\n{result.stdout}\n{result.stderr}"
+    return read_flows(dst)
+
+
+@pytest.fixture(scope="module")
+def replay(tmp_path_factory: pytest.TempPathFactory) -> Replay:
+    tmp = tmp_path_factory.mktemp("flows")
+    originals: dict[str, Any] = {}
+    for path in FLOW_FILES:
+        flows = read_flows(path)
+        assert len(flows) == 1, f"{path.name} holds {len(flows)} HTTP flows, not one"
+        originals[situation(path)] = flows[0]
+    ids = {name: flow.id for name, flow in originals.items()}
+    assert len(set(ids.values())) == len(ids), "two fixtures share a flow id: re-record them"
+
+    combined = tmp / "in.flow"
+    write_flows(combined, list(originals.values()))
+    runs: list[Any] = []
+    first = offline(combined, tmp / "out.flow", runs)
+    second = offline(tmp / "out.flow", tmp / "again.flow", runs)
+    return Replay(originals, by_situation(first, ids), by_situation(second, ids), runs)
+
+
+# -- comparisons -------------------------------------------------------------------------------------
+
+
+def is_event_stream(response: Any) -> bool:
+    return response.headers.get("content-type", "").lower().startswith("text/event-stream")
+
+
+def stream_result(response: Any) -> dict[str, Any]:
+    result = check_chat_stream(response.content)
+    return {key: result[key] for key in RESULT_KEYS} | {"done": result["done"]}
+
+
+def json_result(response: Any) -> dict[str, Any]:
+    body = json.loads(response.content)
+    choice = body["choices"][0]
+    message = choice["message"]
+    calls = message.get("tool_calls") or []
+    for call in calls:
+        assert call.get("type") == "function", call
+    return {
+        "content": message.get("content"),
+        "reasoning": message.get("reasoning"),
+        "reasoning_content": message.get("reasoning_content"),
+        "tool_calls": [
+            {"id": call["id"], "name": call["function"]["name"], "arguments": call["function"]["arguments"]} for call in calls
+        ],
+        "finish_reason": choice.get("finish_reason"),
+        "usage": body.get("usage"),
+    }
+
+
+def result_of(response: Any) -> dict[str, Any]:
+    return stream_result(response) if is_event_stream(response) else json_result(response)
+
+
+def response_state(flow: Any) -> tuple[Any, ...]:
+    response = flow.response
+    return (response.status_code, tuple(response.headers.fields), response.raw_content)
+
+
+# -- tests -------------------------------------------------------------------------------------------
+
+
+def test_the_fixture_set_is_complete() -> None:
+    assert len(FLOW_FILES) >= 8, f"only {len(FLOW_FILES)} flows in {FLOWS_DIR}: run tests/record_flows.py"
+    missing = [situation(p) for p in FLOW_FILES if not expected_path(p).exists()]
+    assert not missing, f"flows without an expected file: {missing}"
+    orphans = [p.name for p in FLOWS_DIR.glob("*.expected.json") if not p.with_name(p.name.removesuffix(".expected.json") + ".flow").exists()]
+    assert not orphans, f"expected files without a flow: {orphans}"
+
+
+@pytest.mark.parametrize("path", FLOW_FILES, ids=situation)
+def test_flow_is_rewritten_as_expected(path: Path, replay: Replay) -> None:
+    name = situation(path)
+    expected = json.loads(expected_path(path).read_text(encoding="utf-8"))
+    assert set(expected) <= KNOWN_KEYS, f"unknown keys in {expected_path(path).name}: {set(expected) - KNOWN_KEYS}"
+    assert set(expected) & (KNOWN_KEYS - {"note"}), f"{expected_path(path).name} expects nothing"
+    assert all(run.returncode == 0 for run in replay.runs)
+
+    original, out = replay.originals[name], replay.first[name]
+    assert out is not None, f"{name}: the flow is missing from mitmdump's output"
+    assert out.response is not None and original.response is not None
+    assert out.request.content == original.request.content
+    assert out.response.status_code == original.response.status_code
+
+    if expected.get("unchanged"):
+        assert out.response.raw_content == original.response.raw_content
+        assert METADATA_KEY not in out.metadata
+
+    if any(key in expected for key in RESULT_KEYS):
+        missing = [key for key in RESULT_KEYS if key not in expected]
+        assert not missing, f"{expected_path(path).name} lacks {missing}"
+        actual = result_of(out.response)
+        if "done" in actual:  # a stream keeps its [DONE] exactly when upstream sent one
+            assert actual.pop("done") == stream_result(original.response)["done"]
+        assert actual == {key: expected[key] for key in RESULT_KEYS}
+        if not expected.get("unchanged"):
+            assert METADATA_KEY in out.metadata, "a rewritten flow is annotated"
+
+
+@pytest.mark.parametrize("path", FLOW_FILES, ids=situation)
+def test_second_offline_rewrite_changes_nothing(path: Path, replay: Replay) -> None:
+    name = situation(path)
+    first, second = replay.first[name], replay.second[name]
+    assert first is not None and second is not None
+    assert response_state(second) == response_state(first)
+    assert second.request.content == first.request.content
+    assert second.metadata.get(METADATA_KEY) == first.metadata.get(METADATA_KEY)
