@@ -144,7 +144,10 @@ def raw_stream_once(upstream, proxy, model, chunks, delay=0.0) -> bytes:
 
 def test_every_byte_boundary_through_mitmdump_and_the_sdk(upstream, proxy, unique_model):
     """The seed stream cut in two at every byte: identical tool calls each time, via the SDK."""
-    body = sse_body(kimi_chunks("k2", SEED_000, fields=("reasoning_content",), usage=None, role_chunk=False))
+    # Compact chunks keep the sweep short: every byte boundary is one request.
+    compact = [{"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "k2", "choices": [{"index": 0, "delta": {"reasoning_content": p}}]} for p in SEED_000]
+    compact.append({"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "k2", "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
+    body = sse_body(compact)
     client = openai.OpenAI(base_url=proxy.base_url, api_key="k", max_retries=0, timeout=30)
 
     def calls_for(cut: int):

@@ -43,7 +43,8 @@ def expected_path(path: Path) -> Path:
 class Replay:
     originals: dict[str, Any]  # situation -> the recorded flow
     first: dict[str, Any]  # situation -> after one offline rewrite
-    second: dict[str, Any]  # situation -> after rewriting the first output again
+    second: dict[str, Any]  # situation -> the first output rewritten again, as it is
+    unmarked: dict[str, Any]  # situation -> the first output, toolshim's mark removed, rewritten again
     runs: list[Any]  # the CompletedProcess of each mitmdump run
 
 
@@ -82,9 +83,26 @@ def replay(tmp_path_factory: pytest.TempPathFactory) -> Replay:
     combined = tmp / "in.flow"
     write_flows(combined, list(originals.values()))
     runs: list[Any] = []
-    first = offline(combined, tmp / "out.flow", runs)
-    second = offline(tmp / "out.flow", tmp / "again.flow", runs)
-    return Replay(originals, by_situation(first, ids), by_situation(second, ids), runs)
+    first = by_situation(offline(combined, tmp / "out.flow", runs), ids)
+
+    # The second pass gets each rewritten flow twice: as written (toolshim's mark tells it the
+    # flow was rewritten already) and as a copy without the mark, so that the rewrite itself
+    # must find nothing left to change in its own output.
+    copies = {}
+    for name, flow in first.items():
+        assert flow is not None, f"{name}: the flow is missing from mitmdump's output"
+        copies[name] = flow.copy()  # a copy has a new id
+        copies[name].metadata.pop(METADATA_KEY, None)
+    again = tmp / "again.in.flow"
+    write_flows(again, [*first.values(), *copies.values()])
+    second = offline(again, tmp / "again.out.flow", runs)
+    return Replay(
+        originals,
+        first,
+        by_situation(second, ids),
+        by_situation(second, {name: flow.id for name, flow in copies.items()}),
+        runs,
+    )
 
 
 # -- comparisons -------------------------------------------------------------------------------------
@@ -143,7 +161,8 @@ def test_flow_is_rewritten_as_expected(path: Path, replay: Replay) -> None:
     name = situation(path)
     expected = json.loads(expected_path(path).read_text(encoding="utf-8"))
     assert set(expected) <= KNOWN_KEYS, f"unknown keys in {expected_path(path).name}: {set(expected) - KNOWN_KEYS}"
-    assert set(expected) & (KNOWN_KEYS - {"note"}), f"{expected_path(path).name} expects nothing"
+    assert expected.get("unchanged", True) is True, '"unchanged" may only be true: give the result instead'
+    assert "unchanged" in expected or set(RESULT_KEYS) & set(expected), f"{expected_path(path).name} expects nothing"
     assert all(run.returncode == 0 for run in replay.runs)
 
     original, out = replay.originals[name], replay.first[name]
@@ -170,8 +189,11 @@ def test_flow_is_rewritten_as_expected(path: Path, replay: Replay) -> None:
 @pytest.mark.parametrize("path", FLOW_FILES, ids=situation)
 def test_second_offline_rewrite_changes_nothing(path: Path, replay: Replay) -> None:
     name = situation(path)
-    first, second = replay.first[name], replay.second[name]
-    assert first is not None and second is not None
+    first, second, unmarked = replay.first[name], replay.second[name], replay.unmarked[name]
+    assert first is not None and second is not None and unmarked is not None
     assert response_state(second) == response_state(first)
     assert second.request.content == first.request.content
     assert second.metadata.get(METADATA_KEY) == first.metadata.get(METADATA_KEY)
+    # Without the mark, the rewrite still leaves its own output as it is.
+    assert response_state(unmarked) == response_state(first)
+    assert METADATA_KEY not in unmarked.metadata

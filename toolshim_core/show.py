@@ -1,0 +1,82 @@
+"""Print what a .flow file's LLM responses say, before and after toolshim: `python -m toolshim_core.show F`.
+
+For each Chat Completions flow: the text the upstream sent (from the copy toolshim keeps in
+flow.metadata) and what the client got: text fields, tool calls, finish_reason.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import orjson
+from mitmproxy import http, io
+
+from .addon import METADATA_KEY, is_chat_completions
+
+
+def accumulate(body: bytes) -> dict[str, Any]:
+    """Choice 0 of a Chat Completions body (SSE stream or JSON), accumulated."""
+    result: dict[str, Any] = {"text": {}, "tool_calls": {}, "finish_reason": None}
+    if body.lstrip().startswith(b"{"):
+        message_choice = orjson.loads(body)["choices"][0]
+        message = message_choice["message"]
+        for key in ("reasoning_content", "reasoning", "content"):
+            if message.get(key):
+                result["text"][key] = message[key]
+        for i, call in enumerate(message.get("tool_calls") or []):
+            result["tool_calls"][i] = {"id": call["id"], "name": call["function"]["name"], "arguments": call["function"]["arguments"]}
+        result["finish_reason"] = message_choice.get("finish_reason")
+        return result
+    for line in body.splitlines():
+        if not line.startswith(b"data:") or line[5:].strip().startswith(b"[DONE]"):
+            continue
+        try:
+            chunk = orjson.loads(line[5:])
+        except orjson.JSONDecodeError:
+            continue
+        for choice in chunk.get("choices") or []:
+            if choice.get("index", 0) != 0:
+                continue
+            delta = choice.get("delta") or {}
+            for key in ("reasoning_content", "reasoning", "content"):
+                if isinstance(delta.get(key), str):
+                    result["text"][key] = result["text"].get(key, "") + delta[key]
+            for entry in delta.get("tool_calls") or []:
+                call = result["tool_calls"].setdefault(entry.get("index"), {"id": "", "name": "", "arguments": ""})
+                function = entry.get("function") or {}
+                call["id"] += entry.get("id") or ""
+                call["name"] += function.get("name") or ""
+                call["arguments"] += function.get("arguments") or ""
+            result["finish_reason"] = choice.get("finish_reason") or result["finish_reason"]
+    return result
+
+
+def describe(result: dict[str, Any], indent: str = "    ") -> str:
+    lines = [f"{indent}{key}: {text!r}" for key, text in result["text"].items() if text]
+    for index, call in sorted(result["tool_calls"].items()):
+        lines.append(f"{indent}tool_calls[{index}]: {call['name']}({call['arguments']})  id={call['id']}")
+    lines.append(f"{indent}finish_reason: {result['finish_reason']}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 1:
+        print("usage: python -m toolshim_core.show FLOW_FILE", file=sys.stderr)
+        return 2
+    with open(argv[0], "rb") as f:
+        for flow in io.FlowReader(f).stream():
+            if not isinstance(flow, http.HTTPFlow) or not is_chat_completions(flow) or not flow.response:
+                continue
+            print(f"{flow.request.method} {flow.request.pretty_url} -> {flow.response.status_code}")
+            upstream = (flow.metadata.get(METADATA_KEY) or {}).get("upstream")
+            if upstream:
+                print("  upstream sent:")
+                print(describe(accumulate(upstream)))
+            print("  client got:" if upstream else "  body:")
+            print(describe(accumulate(flow.response.get_content(strict=False) or b"")))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
