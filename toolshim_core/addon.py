@@ -75,9 +75,11 @@ class StreamRewrite:
                 out = self.rewriter.feed(plain) if plain else []
                 if end:
                     out += self.rewriter.close()
-            except Exception as exc:
+                if self.rewriter.failure is not None:
+                    self._fail(self.rewriter.failure)  # the core already passed the event on
+            except Exception as exc:  # the framing itself broke: forward what it held, as is
                 self._fail(exc)
-                out = [self._pending_after_failure(), plain if not end else b""]
+                out = [self._pending_after_failure()]
         out = [piece for piece in out if piece]
         self.sent.extend(out)
         return out
@@ -85,7 +87,12 @@ class StreamRewrite:
     def _fail(self, exc: Exception) -> None:
         if not self.failed:
             self.failed = True
-            log.warning("toolshim: rewriting %s failed (%s); the rest of the stream passes unchanged", self.url, exc, exc_info=True)
+            log.warning(
+                "toolshim: rewriting %s failed (%r); the rest of the stream passes unchanged",
+                self.url,
+                exc,
+                exc_info=exc,
+            )
 
     def _pending_after_failure(self) -> bytes:
         try:

@@ -157,14 +157,24 @@ class ChatStreamRewriter:
         self._framer = SseFramer()
         self._choices: dict[Any, ChoiceRewriter] = {}
         self._template: dict[str, Any] | None = None  # metadata of the last chunk read
-        self._finished: set[Any] = set()
         self.stats = RewriteStats()
+        self.failure: Exception | None = None
 
     def feed(self, data: bytes) -> list[bytes]:
         out: list[bytes] = []
         for raw in self._framer.feed(data):
-            out += self._on_block(raw)
+            out += self._on_block_failing_open(raw)
         return out
+
+    def _on_block_failing_open(self, raw: bytes) -> list[bytes]:
+        """Invariant 4: after the first exception this stream's events pass as they came."""
+        if self.failure is not None:
+            return [raw]
+        try:
+            return self._on_block(raw)
+        except Exception as exc:  # a bug of ours must not cost the client an event
+            self.failure = exc
+            return [raw]
 
     def close(self) -> list[bytes]:
         """End of body: complete blocks, then whatever the lexers still hold, then the tail."""
@@ -174,8 +184,9 @@ class ChatStreamRewriter:
         if blocks and not blocks[-1].endswith((b"\n\n", b"\r\r", b"\r\n\r\n", b"\n\r\n", b"\r\n\n")):
             tail = blocks.pop()  # an unterminated last event: forward as it is
         for raw in blocks:
-            out += self._on_block(raw)
-        out += self._flush_all()
+            out += self._on_block_failing_open(raw)
+        if self.failure is None:
+            out += self._flush_all()
         if tail:
             out.append(tail)
         return out
@@ -266,7 +277,6 @@ class ChatStreamRewriter:
                 finish = "tool_calls"
                 self.stats.finish_reasons_changed += 1
                 unchanged = False
-            self._finished.add(index)
         if unchanged:
             return None
 

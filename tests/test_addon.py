@@ -1,0 +1,123 @@
+"""The mitmproxy skin: options, scope, per-flow state, fail-open, kept bodies."""
+
+from __future__ import annotations
+
+import logging
+
+import httpx
+import pytest
+from mitmproxy import exceptions
+from mitmproxy.flow import Error
+from mitmproxy.test import taddons, tflow, tutils
+
+from harness import Mitmdump, read_flows, sse_body
+from kimi import SEED_000, kimi_chunks
+from toolshim_core import chat
+from toolshim_core.addon import ToolShim
+from wire import check_chat_stream
+
+BODY = sse_body(kimi_chunks("k2", SEED_000))
+
+
+def chat_flow(path="/v1/chat/completions", host="api.example.com", live=True):
+    flow = tflow.tflow(req=tutils.treq(method=b"POST", path=path.encode(), host=host, content=b'{"model": "k2"}'), resp=tutils.tresp(content=None), live=live)
+    flow.response.headers["content-type"] = "text/event-stream"
+    flow.response.headers["content-length"] = "123"
+    return flow
+
+
+def run_stream(addon, flow, pieces):
+    addon.requestheaders(flow)
+    addon.request(flow)
+    addon.responseheaders(flow)
+    out = []
+    for piece in [*pieces, b""]:
+        result = flow.response.stream(piece)
+        assert isinstance(result, list) and b"" not in result
+        out += result
+    addon.response(flow)
+    return b"".join(out)
+
+
+def test_stream_callable_rewrites_and_fixes_framing_headers():
+    addon = ToolShim()
+    with taddons.context(addon):
+        flow = chat_flow()
+        out = run_stream(addon, flow, [BODY[:100], BODY[100:]])
+        assert "content-length" not in flow.response.headers
+        assert flow.response.headers["transfer-encoding"] == "chunked"
+        assert flow.request.headers["accept-encoding"] == "identity"
+        assert [c["name"] for c in check_chat_stream(out)["tool_calls"]] == ["bash", "read_file"]
+        # kept for mitmweb and -w: what the client got, and what upstream sent
+        assert flow.response.raw_content == out
+        assert flow.metadata["toolshim"]["upstream"] == BODY
+        assert flow.metadata["toolshim"]["calls"] == 2
+        assert addon._flows == {}
+
+
+def test_filter_option_narrows_the_scope():
+    addon = ToolShim()
+    with taddons.context(addon) as tctx:
+        tctx.configure(addon, toolshim_filter="~d allowed.example")
+        outside = chat_flow(host="other.example")
+        addon.requestheaders(outside)
+        assert addon._flows == {} and "accept-encoding" not in outside.request.headers
+        inside = chat_flow(host="allowed.example")
+        assert b"tool_calls" in run_stream(addon, inside, [BODY])
+
+
+def test_invalid_filter_is_refused():
+    addon = ToolShim()
+    with taddons.context(addon) as tctx:
+        with pytest.raises(exceptions.OptionsError, match="toolshim_filter"):
+            tctx.configure(addon, toolshim_filter="~d (")
+
+
+def test_other_paths_and_methods_are_not_touched():
+    addon = ToolShim()
+    with taddons.context(addon):
+        for flow in (chat_flow(path="/v1/embeddings"), tflow.tflow(resp=True)):
+            addon.requestheaders(flow)
+            addon.responseheaders(flow)
+            assert addon._flows == {} and not callable(flow.response.stream)
+
+
+def test_error_frees_the_flow_state_and_keeps_what_was_sent():
+    addon = ToolShim()
+    with taddons.context(addon):
+        flow = chat_flow()
+        addon.requestheaders(flow)
+        addon.request(flow)
+        addon.responseheaders(flow)
+        sent = flow.response.stream(BODY[: len(BODY) // 2])
+        flow.error = Error("Client disconnected.")
+        addon.error(flow)
+        assert addon._flows == {}
+        assert flow.response.raw_content == b"".join(sent)
+
+
+def test_an_exception_fails_open_with_one_log_line(monkeypatch, caplog):
+    addon = ToolShim()
+
+    def boom(self, chunk):
+        raise RuntimeError("simulated bug")
+
+    monkeypatch.setattr(chat.ChatStreamRewriter, "_rewrite_chunk", boom)
+    with taddons.context(addon), caplog.at_level(logging.WARNING):
+        flow = chat_flow()
+        out = run_stream(addon, flow, [BODY[:300], BODY[300:700], BODY[700:]])
+    assert out == BODY  # nothing lost: the stream passes unchanged from the failure on
+    assert len([r for r in caplog.records if "toolshim" in r.getMessage()]) == 1
+    assert flow.metadata["toolshim"]["failed"] is True
+
+
+def test_live_flow_written_with_w_holds_the_repaired_body(upstream, tmp_path):
+    upstream.add("k2-saved", chunks=[BODY])
+    out_file = tmp_path / "live.flow"
+    with Mitmdump(upstream.url, extra_args=["-w", str(out_file)]) as proxy:
+        response = httpx.post(f"{proxy.base_url}/chat/completions", json={"model": "k2-saved", "messages": [], "stream": True})
+        assert response.status_code == 200
+    [flow] = read_flows(out_file)
+    assert flow.response.raw_content == response.content
+    assert flow.metadata["toolshim"]["upstream"] == BODY
+    assert [c["id"] for c in check_chat_stream(flow.response.raw_content)["tool_calls"]] == ["functions.bash:15", "functions.read_file:16"]
