@@ -300,3 +300,19 @@ def test_buffered_and_streamed_give_the_same_calls():
         (c["id"], c["name"], c["arguments"]) for c in streamed["tool_calls"]
     ]
     assert message["reasoning_content"] == message["reasoning"] == streamed["reasoning"]
+
+
+# -- bounded memory -------------------------------------------------------------------------------
+
+
+def test_arguments_held_for_name_inference_are_capped_then_shown_as_text():
+    lexer = KimiLexer(KimiCallNamer(context(TOOLS)), max_held=1024)
+    big = '{"path": "' + "x" * 2000 + '"}'
+    segments = lexer.feed(f"{CALL_BEGIN}7{ARG_BEGIN}") + lexer.feed(big[:1500]) + lexer.feed(big[1500:] + CALL_END) + lexer.finish()
+    assert not any(isinstance(s, CallBegin) for s in segments)
+    assert "".join(s.text for s in segments if isinstance(s, Text)) == f"{CALL_BEGIN}7{ARG_BEGIN}{big}{CALL_END}"
+
+
+def test_overlong_header_is_not_a_header():
+    text = f"{CALL_BEGIN}{'h' * 300} and more text"
+    assert lex(text) == [Text(text)]

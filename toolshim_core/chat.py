@@ -281,12 +281,12 @@ class ChatStreamRewriter:
             return None
 
         head = {k: v for k, v in delta.items() if k not in TEXT_KEYS and k != "tool_calls"}
-        if isinstance(native, list):
-            for call in native:
-                if isinstance(call, dict):
-                    parts.append(("native", {**call, "index": state.native_index(call.get("index"))}))
-        deltas = parts_to_deltas([p for p in parts if p[0] != "native"])
-        natives = [p[1] for p in parts if p[0] == "native"]
+        deltas = parts_to_deltas(parts)
+        natives = [
+            {**call, "index": state.native_index(call.get("index"))}
+            for call in (native if isinstance(native, list) else ())
+            if isinstance(call, dict)
+        ]
         if natives:
             deltas.append({"tool_calls": natives})
         if head:

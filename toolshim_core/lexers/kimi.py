@@ -161,11 +161,6 @@ class KimiLexer:
     def idle(self) -> bool:
         return self._state == TEXT and not self._buf and self._leading_ws == KEEP
 
-    @property
-    def held(self) -> int:
-        """Characters held back (the per-flow memory cap counts these)."""
-        return len(self._buf) + len(self._header) + self._held_size
-
     def feed(self, text: str) -> list[Segment]:
         self._buf += text
         return self._run(final=False)
