@@ -104,6 +104,13 @@ class StreamRewrite:
     def stats(self) -> RewriteStats:
         return self.rewriter.stats
 
+    def release(self) -> None:
+        """The flow is done. mitmproxy keeps `response.stream` alive as long as the flow, so let
+        go of the body copies (they now live in the flow itself)."""
+        self.sent = []
+        self.upstream = []
+        self.failed = True  # should mitmproxy call again, pass bytes through
+
 
 @dataclass
 class FlowState:
@@ -229,7 +236,7 @@ class ToolShim:
         if flow.response.raw_content is None:  # mitmproxy 11 keeps no streamed body
             flow.response.raw_content = b"".join(stream.sent)
         self._annotate(flow, stream.stats, b"".join(stream.upstream) if stream.keep_upstream else None, stream.failed)
-        stream.rewriter = None  # type: ignore[assignment]  # drop the core state early
+        stream.release()
 
     def _rewrite_whole_body(self, flow: http.HTTPFlow, context: RequestContext) -> None:
         response = flow.response
