@@ -316,3 +316,11 @@ def test_arguments_held_for_name_inference_are_capped_then_shown_as_text():
 def test_overlong_header_is_not_a_header():
     text = f"{CALL_BEGIN}{'h' * 300} and more text"
     assert lex(text) == [Text(text)]
+
+
+def test_unterminated_last_event_is_forwarded_as_it_came_after_the_flush():
+    tail = b'data: {"id": "cut'
+    body = sse_body([chunk("m", {"content": "a <|tool_calls_sec"})], done=False) + tail
+    out = rewrite(body)
+    assert out.endswith(b"\n\n" + tail)
+    assert check_chat_stream(out[: -len(tail)])["content"] == "a <|tool_calls_sec"

@@ -179,17 +179,12 @@ class ChatStreamRewriter:
     def close(self) -> list[bytes]:
         """End of body: complete blocks, then whatever the lexers still hold, then the tail."""
         out: list[bytes] = []
-        blocks = self._framer.close()
-        tail = b""
-        if blocks and not blocks[-1].endswith((b"\n\n", b"\r\r", b"\r\n\r\n", b"\n\r\n", b"\r\n\n")):
-            tail = blocks.pop()  # an unterminated last event: forward as it is
-        for raw in blocks:
+        for raw in self._framer.close():
             out += self._on_block_failing_open(raw)
         if self.failure is None:
             out += self._flush_all()
-        if tail:
-            out.append(tail)
-        return out
+        tail = self._framer.take_pending()
+        return [*out, tail] if tail else out
 
     def take_pending(self) -> bytes:
         """Failing open: the bytes not yet forwarded, as they came."""
@@ -340,11 +335,6 @@ def rewrite_chat_completion(body: dict[str, Any], context: RequestContext, *, ma
         for channel, text in channels:
             state.feed(channel, text, parts)
         state.finish(parts)
-        if all(len(p) == 3 and p[0] == "text" for p in parts) and [
-            (p[1], p[2]) for p in parts
-        ] == [(c, t) for c, t in channels if t]:
-            continue  # no markup in this message
-        changed = True
         texts: dict[str, str] = {}
         calls: dict[int, dict[str, Any]] = {}
         for part in parts:
@@ -355,6 +345,9 @@ def rewrite_chat_completion(body: dict[str, Any], context: RequestContext, *, ma
                 calls[part[1]] = {"id": part[2], "type": "function", "function": {"name": part[3], "arguments": ""}}
             else:
                 calls[part[1]]["function"]["arguments"] += part[2]
+        if not calls and texts == {key: text for channel, text in channels for key in channel if text}:
+            continue  # no markup in this message
+        changed = True
         for channel, _ in channels:
             for key in channel:
                 message[key] = texts.pop(key, "").strip() or None

@@ -81,13 +81,9 @@ class SseFramer:
         return self._cut(final=False)
 
     def close(self) -> list[bytes]:
-        """End of body: return the completed blocks and any incomplete tail, unchanged."""
-        blocks = self._cut(final=True)
-        if self._buf:
-            blocks.append(bytes(self._buf))
-            self._buf.clear()
-        self._scan = self._line_start = 0
-        return blocks
+        """End of body: return the blocks completed now; an unterminated tail stays for
+        `take_pending` (it is no event, so it can only be forwarded as it is)."""
+        return self._cut(final=True)
 
     def take_pending(self) -> bytes:
         """Give up framing: return the held bytes as they are (used when failing open)."""
