@@ -10,6 +10,7 @@ from harness import sse_body, split_bytes
 from kimi import ARG_BEGIN, CALL_BEGIN, CALL_END, SECTION_BEGIN, SECTION_END, SEED_000, chunk, kimi_chunks
 from toolshim_core.chat import ChatStreamRewriter, rewrite_chat_completion
 from toolshim_core.lexers.base import CallArgs, CallBegin, CallEnd, Text
+from toolshim_core.calls import CallScope, RewriteStats
 from toolshim_core.lexers.kimi import KimiCallNamer, KimiLexer
 from toolshim_core.tools import RequestContext
 from wire import check_chat_stream
@@ -36,7 +37,7 @@ def rewrite(body: bytes, pieces: list[bytes] | None = None, ctx: RequestContext 
 
 
 def lex(text: str, ctx: RequestContext | None = None, reasoning: bool = False, pieces: list[str] | None = None):
-    lexer = KimiLexer(KimiCallNamer(ctx or RequestContext()), reasoning=reasoning)
+    lexer = KimiLexer(KimiCallNamer(CallScope(ctx or RequestContext(), RewriteStats())), reasoning=reasoning)
     segments = []
     for piece in pieces or [text]:
         segments += lexer.feed(piece)
@@ -137,7 +138,7 @@ def test_plain_text_with_angle_brackets_passes_unchanged():
     ],
 )
 def test_odd_headers_resolve_against_declared_tools(header, expected_id, expected_name):
-    namer = KimiCallNamer(context(TOOLS))
+    namer = KimiCallNamer(CallScope(context(TOOLS), RewriteStats()))
     assert namer.name_for(header) == expected_name
     if expected_name:
         assert namer.id_for(header, expected_name) == expected_id
@@ -306,7 +307,7 @@ def test_buffered_and_streamed_give_the_same_calls():
 
 
 def test_arguments_held_for_name_inference_are_capped_then_shown_as_text():
-    lexer = KimiLexer(KimiCallNamer(context(TOOLS)), max_held=1024)
+    lexer = KimiLexer(KimiCallNamer(CallScope(context(TOOLS), RewriteStats())), max_held=1024)
     big = '{"path": "' + "x" * 2000 + '"}'
     segments = lexer.feed(f"{CALL_BEGIN}7{ARG_BEGIN}") + lexer.feed(big[:1500]) + lexer.feed(big[1500:] + CALL_END) + lexer.finish()
     assert not any(isinstance(s, CallBegin) for s in segments)

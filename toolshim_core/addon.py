@@ -3,8 +3,8 @@
 This is the only module that imports mitmproxy. Everything it calls is sans-IO.
 
 Flow life cycle (live and offline `-r` flows fire the same hooks):
-    requestheaders  pick the flow (POST .../chat/completions, within `toolshim_filter`) and ask
-                    upstream for an uncompressed body
+    requestheaders  pick the flow (POST .../chat/completions or .../responses, within
+                    `toolshim_filter`) and ask upstream for an uncompressed body
     request         read the declared tools and the tool-call history from the request body
     responseheaders streamed 2xx SSE: install the stream callable, fix the framing headers
     response        streamed: keep the rewritten body for mitmweb / `-w`;
@@ -20,8 +20,11 @@ from dataclasses import dataclass, field
 import orjson
 from mitmproxy import ctx, exceptions, flowfilter, http
 
-from .chat import ChatStreamRewriter, RewriteStats, rewrite_chat_completion
+from .calls import RewriteStats
+from .chat import ChatStreamRewriter, rewrite_chat_completion
 from .encoding import Decoder, incremental_decoder
+from .responses import ResponsesStreamRewriter, rewrite_response_body
+from .stream import SseRewriter
 from .tools import RequestContext
 
 log = logging.getLogger(__name__)
@@ -38,8 +41,19 @@ def is_json(headers: http.Headers) -> bool:
     return media == "application/json" or media.endswith("+json")
 
 
-def is_chat_completions(flow: http.HTTPFlow) -> bool:
-    return flow.request.method == "POST" and flow.request.path.split("?")[0].rstrip("/").endswith("/chat/completions")
+CHAT, RESPONSES = "chat", "responses"
+
+
+def api_of(flow: http.HTTPFlow) -> str | None:
+    """Which API a request calls: Chat Completions, Responses, or neither (not ours to touch)."""
+    if flow.request.method != "POST":
+        return None
+    path = flow.request.path.split("?")[0].rstrip("/")
+    if path.endswith("/chat/completions"):
+        return CHAT
+    if path.endswith("/responses"):
+        return RESPONSES
+    return None
 
 
 class StreamRewrite:
@@ -50,7 +64,7 @@ class StreamRewrite:
     (HTTP/1.1 would read it as the end of the body): it returns a list, possibly empty.
     """
 
-    def __init__(self, rewriter: ChatStreamRewriter, decoder: Decoder, url: str, keep_upstream: bool) -> None:
+    def __init__(self, rewriter: SseRewriter, decoder: Decoder, url: str, keep_upstream: bool) -> None:
         self.rewriter = rewriter
         self.decoder = decoder
         self.url = url
@@ -116,6 +130,7 @@ class StreamRewrite:
 class FlowState:
     """What toolshim keeps for one flow between its hooks."""
 
+    api: str
     context: RequestContext = field(default_factory=RequestContext)
     stream: StreamRewrite | None = None
 
@@ -137,7 +152,7 @@ class ToolShim:
             "",
             "A mitmproxy filter expression, evaluated on the request, that narrows which "
             "Chat Completions flows are repaired (for example '~d api.example.com & ~u /v1/'). "
-            "Empty: every POST to a path ending in /chat/completions.",
+            "Empty: every POST to a path ending in /chat/completions or /responses.",
         )
         loader.add_option(
             "toolshim_max_held",
@@ -151,6 +166,14 @@ class ToolShim:
             bool,
             True,
             "Keep the original upstream body of a rewritten stream in flow.metadata['toolshim'].",
+        )
+        loader.add_option(
+            "toolshim_required_action",
+            bool,
+            False,
+            "Responses API: send a `response.required_action` event (seed 004's gateway dialect, "
+            "not an OpenAI event) before `response.completed` when calls were made. Strict "
+            "clients and openai-node reject it: turn it on only for clients that wait for it.",
         )
 
     def configure(self, updated: set[str]) -> None:
@@ -169,13 +192,14 @@ class ToolShim:
     # -- hooks -----------------------------------------------------------------------------------
 
     def requestheaders(self, flow: http.HTTPFlow) -> None:
-        if not ctx.options.toolshim_enabled or not is_chat_completions(flow):
+        api = api_of(flow)
+        if not ctx.options.toolshim_enabled or api is None:
             return
         if self._filter is not None and not self._filter(flow):
             return
         if METADATA_KEY in flow.metadata:
             return  # rewritten before (a live capture replayed offline): never twice
-        self._flows[flow.id] = FlowState()
+        self._flows[flow.id] = FlowState(api)
         if flow.live:
             flow.request.headers["accept-encoding"] = "identity"
 
@@ -209,7 +233,7 @@ class ToolShim:
         response.headers.pop("content-length", None)  # the body length changes
         if flow.request.http_version == "HTTP/1.1":
             response.headers["transfer-encoding"] = "chunked"
-        rewriter = ChatStreamRewriter(state.context, max_held=ctx.options.toolshim_max_held)
+        rewriter = self._stream_rewriter(state)
         state.stream = StreamRewrite(rewriter, decoder, flow.request.pretty_url, ctx.options.toolshim_keep_upstream)
         response.stream = state.stream
 
@@ -221,7 +245,7 @@ class ToolShim:
             if state.stream is not None:
                 self._keep_streamed_body(flow, state.stream)
             else:
-                self._rewrite_whole_body(flow, state.context)
+                self._rewrite_whole_body(flow, state)
         except Exception as exc:  # fail open: the flow stays as it was
             log.warning("toolshim: rewriting %s failed (%s); left unchanged", flow.request.pretty_url, exc, exc_info=True)
 
@@ -238,7 +262,17 @@ class ToolShim:
         self._annotate(flow, stream.stats, b"".join(stream.upstream) if stream.keep_upstream else None, stream.failed)
         stream.release()
 
-    def _rewrite_whole_body(self, flow: http.HTTPFlow, context: RequestContext) -> None:
+    @staticmethod
+    def _stream_rewriter(state: FlowState) -> SseRewriter:
+        if state.api == RESPONSES:
+            return ResponsesStreamRewriter(
+                state.context,
+                max_held=ctx.options.toolshim_max_held,
+                required_action=ctx.options.toolshim_required_action,
+            )
+        return ChatStreamRewriter(state.context, max_held=ctx.options.toolshim_max_held)
+
+    def _rewrite_whole_body(self, flow: http.HTTPFlow, state: FlowState) -> None:
         response = flow.response
         if not (200 <= response.status_code < 300) or not response.raw_content:
             return
@@ -246,7 +280,7 @@ class ToolShim:
         if body is None:
             return
         if is_event_stream(response.headers):
-            rewriter = ChatStreamRewriter(context, max_held=ctx.options.toolshim_max_held)
+            rewriter = self._stream_rewriter(state)
             new_body = b"".join([*rewriter.feed(body), *rewriter.close()])
             stats = rewriter.stats
             changed = new_body != body
@@ -258,7 +292,8 @@ class ToolShim:
                 return
             if not isinstance(parsed, dict):
                 return
-            stats = rewrite_chat_completion(parsed, context, max_held=ctx.options.toolshim_max_held)
+            rewrite_body = rewrite_response_body if state.api == RESPONSES else rewrite_chat_completion
+            stats = rewrite_body(parsed, state.context, max_held=ctx.options.toolshim_max_held)
             changed = stats is not None
             new_body = orjson.dumps(parsed) if changed else body
         else:
@@ -269,6 +304,10 @@ class ToolShim:
 
     def _annotate(self, flow: http.HTTPFlow, stats: RewriteStats | None, upstream: bytes | None, failed: bool) -> None:
         info: dict = {"calls": stats.calls if stats else 0, "names": list(stats.names) if stats else []}
+        if stats is not None and stats.problems:
+            info["problems"] = dict(stats.problems)
+            for note in stats.notes:
+                log.info("toolshim: %s: %s", flow.request.pretty_url, note)
         if failed:
             info["failed"] = True
         if upstream is not None:

@@ -9,35 +9,20 @@ metadata (`id`, `model`, `created`, ...) and the usage chunk are kept; no empty 
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 
+from .calls import CallScope, RewriteStats
+from .lexers import ScopeLexers
 from .lexers.base import CallArgs, CallBegin, CallEnd, Lexer, ReasoningEnd, Segment, Text
-from .lexers.kimi import KimiCallNamer, KimiLexer
-from .sse import SseFramer, encode_event, parse_block
+from .sse import encode_event, parse_block
+from .stream import SseRewriter
 from .tools import RequestContext
 
 CONTENT = "content"
 REASONING_KEYS = ("reasoning_content", "reasoning")  # SGLang/Moonshot, vLLM/OpenRouter
 TEXT_KEYS = (*REASONING_KEYS, CONTENT)
-
-LexerFactory = Callable[[KimiCallNamer, bool], Lexer]
-
-
-def kimi_lexers(max_held: int) -> LexerFactory:
-    return lambda namer, reasoning: KimiLexer(namer, reasoning=reasoning, max_held=max_held)
-
-
-@dataclass(slots=True)
-class RewriteStats:
-    """What a rewrite did, for flow annotations and logs."""
-
-    calls: int = 0
-    names: list[str] = field(default_factory=list)
-    finish_reasons_changed: int = 0
 
 
 # A part of a choice's output, in order: ("text", keys, text) | ("call", index, id, name)
@@ -48,10 +33,8 @@ Part = tuple
 class ChoiceRewriter:
     """The text channels of one choice: their lexers, call indices and reasoning switch."""
 
-    def __init__(self, context: RequestContext, make_lexer: LexerFactory, stats: RewriteStats) -> None:
-        self._namer = KimiCallNamer(context)
-        self._make_lexer = make_lexer
-        self._stats = stats
+    def __init__(self, context: RequestContext, stats: RewriteStats, *, max_held: int) -> None:
+        self._dialects = ScopeLexers(CallScope(context, stats), max_held=max_held)
         self._lexers: dict[tuple[str, ...], Lexer] = {}
         self._reasoning_over: set[tuple[str, ...]] = set()  # channels whose `</think>` leaked
         self._native_index: dict[Any, int] = {}
@@ -65,7 +48,7 @@ class ChoiceRewriter:
     def feed(self, channel: tuple[str, ...], text: str, parts: list[Part]) -> None:
         lexer = self._lexers.get(channel)
         if lexer is None:
-            lexer = self._lexers[channel] = self._make_lexer(self._namer, channel[0] != CONTENT)
+            lexer = self._lexers[channel] = self._dialects.new_lexer(reasoning=channel[0] != CONTENT)
         self._place(channel, lexer.feed(text), parts)
 
     def finish(self, parts: list[Part]) -> None:
@@ -94,8 +77,6 @@ class ChoiceRewriter:
             elif type(seg) is CallBegin:
                 self._open_index = self.next_index
                 self.next_index += 1
-                self._stats.calls += 1
-                self._stats.names.append(seg.name)
                 parts.append(("call", self._open_index, seg.id, seg.name))
             elif type(seg) is CallEnd:
                 self._open_index = None
@@ -148,47 +129,15 @@ def parts_to_deltas(parts: list[Part]) -> list[dict[str, Any]]:
     return deltas
 
 
-class ChatStreamRewriter:
+class ChatStreamRewriter(SseRewriter):
     """A Chat Completions SSE body in (any byte pieces), the repaired SSE body out."""
 
     def __init__(self, context: RequestContext, *, max_held: int = 1 << 20) -> None:
+        super().__init__()
         self._context = context
-        self._make_lexer = kimi_lexers(max_held)
-        self._framer = SseFramer()
+        self._max_held = max_held
         self._choices: dict[Any, ChoiceRewriter] = {}
         self._template: dict[str, Any] | None = None  # metadata of the last chunk read
-        self.stats = RewriteStats()
-        self.failure: Exception | None = None
-
-    def feed(self, data: bytes) -> list[bytes]:
-        out: list[bytes] = []
-        for raw in self._framer.feed(data):
-            out += self._on_block_failing_open(raw)
-        return out
-
-    def _on_block_failing_open(self, raw: bytes) -> list[bytes]:
-        """Invariant 4: after the first exception this stream's events pass as they came."""
-        if self.failure is not None:
-            return [raw]
-        try:
-            return self._on_block(raw)
-        except Exception as exc:  # a bug of ours must not cost the client an event
-            self.failure = exc
-            return [raw]
-
-    def close(self) -> list[bytes]:
-        """End of body: complete blocks, then whatever the lexers still hold, then the tail."""
-        out: list[bytes] = []
-        for raw in self._framer.close():
-            out += self._on_block_failing_open(raw)
-        if self.failure is None:
-            out += self._flush_all()
-        tail = self._framer.take_pending()
-        return [*out, tail] if tail else out
-
-    def take_pending(self) -> bytes:
-        """Failing open: the bytes not yet forwarded, as they came."""
-        return self._framer.take_pending()
 
     # -- events ----------------------------------------------------------------------------------
 
@@ -218,7 +167,7 @@ class ChatStreamRewriter:
     def _choice(self, index: Any) -> ChoiceRewriter:
         choice = self._choices.get(index)
         if choice is None:
-            choice = self._choices[index] = ChoiceRewriter(self._context, self._make_lexer, self.stats)
+            choice = self._choices[index] = ChoiceRewriter(self._context, self.stats, max_held=self._max_held)
         return choice
 
     def _rewrite_chunk(self, chunk: dict[str, Any]) -> list[dict[str, Any]] | None:
@@ -303,6 +252,9 @@ class ChatStreamRewriter:
             out[-1]["choices"][0].update(extras)
         return out
 
+    def _at_end(self) -> list[bytes]:
+        return self._flush_all()
+
     def _flush_all(self) -> list[bytes]:
         """End of stream without a finish_reason: release or close what the lexers hold."""
         if self._template is None or self._all_idle():
@@ -323,13 +275,12 @@ def rewrite_chat_completion(body: dict[str, Any], context: RequestContext, *, ma
     if not isinstance(choices, list):
         return None
     stats = RewriteStats()
-    make_lexer = kimi_lexers(max_held)
     changed = False
     for choice in choices:
         if not isinstance(choice, dict) or not isinstance(choice.get("message"), dict):
             continue
         message = choice["message"]
-        state = ChoiceRewriter(context, make_lexer, stats)
+        state = ChoiceRewriter(context, stats, max_held=max_held)
         parts: list[Part] = []
         channels = text_channels(message)
         for channel, text in channels:

@@ -32,6 +32,8 @@ class RequestContext:
     tools: dict[str, ToolSpec] = field(default_factory=dict)
     # The Kimi `:N` suffix counts tool calls over the whole conversation; minted ids continue it.
     next_kimi_counter: int = 0
+    tool_choice_none: bool = False  # `tool_choice: "none"`: no markup becomes a call
+    parallel_tool_calls: bool = True  # false: only the first call of a response becomes a call
 
     @classmethod
     def from_body(cls, body: bytes | None) -> RequestContext:
@@ -44,7 +46,12 @@ class RequestContext:
             return cls()
         if not isinstance(request, dict):
             return cls()
-        return cls(tools=_declared_tools(request.get("tools")), next_kimi_counter=_next_counter(request))
+        return cls(
+            tools=_declared_tools(request.get("tools")),
+            next_kimi_counter=_next_counter(request),
+            tool_choice_none=request.get("tool_choice") == "none",
+            parallel_tool_calls=request.get("parallel_tool_calls") is not False,
+        )
 
 
 def _declared_tools(tools: Any) -> dict[str, ToolSpec]:

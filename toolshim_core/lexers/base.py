@@ -107,3 +107,37 @@ def find_marker(buf: str, start: int, markers: tuple[Marker, ...], final: bool) 
 def is_marker_fragment(tail: str, markers: tuple[Marker, ...]) -> bool:
     """True when `tail` is a proper beginning of some marker (and at least two characters)."""
     return len(tail) >= 2 and any(m.text.startswith(tail) and m.text != tail for m in markers)
+
+
+class ChainLexer:
+    """Two dialects on one channel: `first` reads the text, `second` reads `first`'s Text.
+
+    When `first` emits anything but text (a call, the end of reasoning), whatever `second`
+    holds is finished before it, so output keeps the order of the input.
+    """
+
+    def __init__(self, first: Lexer, second: Lexer) -> None:
+        self.first = first
+        self.second = second
+
+    @property
+    def idle(self) -> bool:
+        return self.first.idle and self.second.idle
+
+    def feed(self, text: str) -> list[Segment]:
+        return self._through_second(self.first.feed(text))
+
+    def finish(self) -> list[Segment]:
+        out = self._through_second(self.first.finish())
+        out += self.second.finish()
+        return out
+
+    def _through_second(self, segments: list[Segment]) -> list[Segment]:
+        out: list[Segment] = []
+        for seg in segments:
+            if type(seg) is Text:
+                out += self.second.feed(seg.text)
+            else:
+                out += self.second.finish()
+                out.append(seg)
+        return out

@@ -26,7 +26,8 @@ import re
 
 import orjson
 
-from ..tools import TOOL_NAME, RequestContext
+from ..calls import CallScope
+from ..tools import TOOL_NAME
 from .base import (
     CallArgs,
     CallBegin,
@@ -72,10 +73,10 @@ class KimiCallNamer:
     make it degrade); an id is minted as `functions.NAME:N` only when the header is unusable.
     """
 
-    def __init__(self, context: RequestContext) -> None:
-        self._tools = context.tools
-        self._next_counter = context.next_kimi_counter
-        self._used_ids: set[str] = set()
+    def __init__(self, scope: CallScope) -> None:
+        self.scope = scope
+        self._tools = scope.tools
+        self._next_counter = scope.context.next_kimi_counter
 
     def name_for(self, header: str) -> str | None:
         """The tool a header names, or None when only the arguments can tell (or nothing can).
@@ -129,13 +130,12 @@ class KimiCallNamer:
     def id_for(self, header: str, name: str) -> str:
         header = header.strip()
         usable = 0 < len(header) <= 128 and not header.isdigit() and not any(c.isspace() for c in header)
-        if usable and header not in self._used_ids:
+        if usable and not self.scope.id_taken(header):
             call_id = header
         else:
             call_id = f"functions.{name}:{self._next_counter}"
             self._next_counter += 1
-        self._used_ids.add(call_id)
-        return call_id
+        return self.scope.claim_id(call_id)
 
 
 class KimiLexer:
@@ -293,6 +293,9 @@ class KimiLexer:
     def _open_call(self, out: list[Segment]) -> None:
         name = self._namer.name_for(self._header)
         if name is not None:
+            if not self._namer.scope.admit(name):
+                self._release_call_as_text(out)
+                return
             out.append(CallBegin(self._namer.id_for(self._header, name), name))
             self._state = ARGS
             self._args_sent = False
@@ -311,7 +314,7 @@ class KimiLexer:
         elif self._state == INFER:
             arguments = "".join(self._held_args).strip()
             name = self._namer.name_from_arguments(arguments)
-            if name is None:
+            if name is None or not self._namer.scope.admit(name):
                 out.append(Text("".join(self._raw_call) + closing_marker))
             else:
                 out.append(CallBegin(self._namer.id_for(self._header, name), name))

@@ -1,0 +1,112 @@
+"""Sentinel and Kimi markup on the Responses API and on Chat, through a real mitmdump with the
+addon, consumed by the official OpenAI SDK."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import pydantic
+from openai.types.responses import ResponseStreamEvent
+
+from harness import ScriptedUpstream, chat_completion, sse_body
+from kimi import kimi_chunks
+from responses import response_json, responses_events, responses_sse
+from wire import check_chat_stream, check_responses_stream
+
+WEATHER = {
+    "type": "function",
+    "name": "get_weather",
+    "description": "Weather for a city",
+    "parameters": {
+        "type": "object",
+        "properties": {"city": {"type": "string"}},
+        "required": ["city"],
+        "additionalProperties": False,
+    },
+    "strict": True,
+}
+CHAT_WEATHER = {"type": "function", "function": {k: v for k, v in WEATHER.items() if k != "type"}}
+CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
+EVENTS = pydantic.TypeAdapter(ResponseStreamEvent)
+
+
+def test_responses_stream_gets_function_call_items(upstream: ScriptedUpstream, proxy, openai_client, unique_model):
+    pieces = ["Let me check ", "the weather.\n\n", CALL[:9], CALL[9:40], CALL[40:], " Done."]
+    upstream.add(unique_model, headers={"content-type": "text/event-stream"},
+                 chunks=[responses_sse(responses_events(unique_model, pieces, tools=[WEATHER]))])
+    seen = []
+    with openai_client.responses.stream(model=unique_model, input="Weather in Paris?", tools=[WEATHER]) as stream:
+        for event in stream:
+            # every event the client got is one of the SDK's own event types, fully valid
+            EVENTS.validate_python(event.model_dump(mode="json", exclude_unset=True), strict=True)
+            seen.append(event.type)
+        final = stream.get_final_response()
+    assert [item.type for item in final.output] == ["message", "function_call", "message"]
+    call = final.output[1]
+    assert call.name == "get_weather" and json.loads(call.arguments) == {"city": "Paris"}
+    assert call.call_id.startswith("call_") and call.id.startswith("fc_")
+    assert call.parsed_arguments == {"city": "Paris"}  # strict tool: the SDK parses it
+    # "\n\n" arrived in its own delta before the block began: it was sent, and stays
+    assert final.output_text == "Let me check the weather.\n\n Done."
+    assert "<tool_call>" not in json.dumps(final.model_dump(mode="json", warnings=False))
+    sequence = [t for t in seen if "function_call" in t or "output_item" in t]
+    assert sequence[2:6] == [
+        "response.output_item.added",
+        "response.function_call_arguments.delta",
+        "response.function_call_arguments.done",
+        "response.output_item.done",
+    ]
+    # the bytes on the wire: every event valid in the SDK's strict models, every copy agreeing
+    raw = httpx.post(f"{proxy.base_url}/responses", json={"model": unique_model, "input": "Weather?", "tools": [WEATHER], "stream": True}, timeout=30)
+    result = check_responses_stream(raw.content)
+    assert result["items"] == ["message", "function_call", "message"]
+
+
+def test_responses_json_body_is_rewritten(upstream, openai_client, unique_model):
+    upstream.add_json(unique_model, response_json(unique_model, "On it." + CALL, tools=[WEATHER]))
+    response = openai_client.responses.create(model=unique_model, input="Weather?", tools=[WEATHER])
+    assert [item.type for item in response.output] == ["message", "function_call"]
+    assert response.output_text == "On it."
+    assert json.loads(response.output[1].arguments) == {"city": "Paris"}
+
+
+def test_follow_up_request_passes_upstream_unchanged(upstream, openai_client, unique_model):
+    upstream.add(unique_model, headers={"content-type": "text/event-stream"},
+                 chunks=[responses_sse(responses_events(unique_model, ["It is sunny."], tools=[WEATHER]))])
+    history = [
+        {"role": "user", "content": "Weather?"},
+        {"type": "function_call", "call_id": "call_abc", "name": "get_weather", "arguments": '{"city":"Paris"}'},
+        {"type": "function_call_output", "call_id": "call_abc", "output": "sunny <tool_call>"},
+    ]
+    with openai_client.responses.stream(model=unique_model, input=history, tools=[WEATHER]) as stream:
+        final = stream.get_final_response()
+    assert final.output_text == "It is sunny."
+    sent = json.loads(upstream.requests_for(unique_model)[-1].body)
+    assert sent["input"] == history and sent["tools"] == [WEATHER]
+
+
+def test_chat_stream_gets_sentinel_tool_calls(upstream, openai_client, unique_model):
+    pieces = ["Checking.", CALL[:15], CALL[15:]]
+    upstream.add(unique_model, chunks=[sse_body(kimi_chunks(unique_model, pieces, fields=("content",)))])
+    with openai_client.chat.completions.stream(
+        model=unique_model, messages=[{"role": "user", "content": "Weather?"}], tools=[CHAT_WEATHER]
+    ) as stream:
+        final = stream.get_final_completion()
+    choice = final.choices[0]
+    assert choice.message.content == "Checking."
+    (call,) = choice.message.tool_calls
+    assert call.function.name == "get_weather" and call.function.parsed_arguments == {"city": "Paris"}
+    assert call.id.startswith("call_") and len(call.id) == len("call_") + 24
+    assert choice.finish_reason == "tool_calls"
+
+
+def test_chat_json_gets_sentinel_tool_calls(upstream, openai_client, unique_model):
+    upstream.add_json(unique_model, chat_completion(unique_model, content=CALL))
+    completion = openai_client.chat.completions.create(
+        model=unique_model, messages=[{"role": "user", "content": "Weather?"}], tools=[CHAT_WEATHER]
+    )
+    message = completion.choices[0].message
+    assert message.content is None
+    assert [c.function.name for c in message.tool_calls] == ["get_weather"]
+    assert completion.choices[0].finish_reason == "tool_calls"

@@ -1,0 +1,89 @@
+"""What a response may call, the ids of its calls, and the record of what a rewrite did.
+
+Every dialect asks the same `CallScope` before it turns markup into a call, so the request's
+policy (`tool_choice: "none"`, `parallel_tool_calls: false`) holds whatever the dialect.
+One scope spans one choice (Chat Completions) or one response (Responses API).
+"""
+
+from __future__ import annotations
+
+import secrets
+import string
+from collections import Counter
+from dataclasses import dataclass, field
+
+from .tools import RequestContext, ToolSpec
+
+_ID_ALPHABET = string.ascii_letters + string.digits
+MAX_NOTES = 20  # notes kept per flow: enough to explain, bounded for a flow of 10k broken calls
+
+
+def random_id(prefix: str, length: int = 24) -> str:
+    return prefix + "".join(secrets.choice(_ID_ALPHABET) for _ in range(length))
+
+
+# Why a piece of markup did not become a call, or was changed on the way (flow annotations,
+# the log, and later the `toolshim.stats` counters).
+INVALID_JSON = "invalid_json"  # the block's JSON could not be read, not even after repair
+REPAIRED_JSON = "repaired_json"  # non-strict tool: broken JSON repaired once, call emitted
+UNKNOWN_NAME = "unknown_name"  # names no declared tool
+SCHEMA_MISMATCH = "schema_mismatch"  # non-strict tool: arguments do not fit, call emitted anyway
+STRICT_FAILURE = "strict_failure"  # strict tool: arguments do not fit, no call
+NOT_ALLOWED = "not_allowed"  # tool_choice "none", or a second call with parallel_tool_calls false
+
+
+@dataclass(slots=True)
+class RewriteStats:
+    """What a rewrite did, for flow annotations and logs."""
+
+    calls: int = 0
+    names: list[str] = field(default_factory=list)
+    finish_reasons_changed: int = 0
+    problems: Counter[str] = field(default_factory=Counter)
+    notes: list[str] = field(default_factory=list)  # one line each, at most MAX_NOTES
+
+    def note(self, problem: str, detail: str) -> None:
+        self.problems[problem] += 1
+        if len(self.notes) < MAX_NOTES:
+            self.notes.append(f"{problem}: {detail}")
+
+
+class CallScope:
+    """The calls one choice or response may still make, and the ids it has handed out."""
+
+    def __init__(self, context: RequestContext, stats: RewriteStats) -> None:
+        self.context = context
+        self.stats = stats
+        self._made = 0
+        self._used_ids: set[str] = set()
+
+    @property
+    def tools(self) -> dict[str, ToolSpec]:
+        return self.context.tools
+
+    def admit(self, name: str) -> bool:
+        """Ask before emitting a call to `name`; True means emit it (and it is counted)."""
+        if self.context.tool_choice_none:
+            self.stats.note(NOT_ALLOWED, f"{name}: the request set tool_choice none")
+            return False
+        if self._made and not self.context.parallel_tool_calls:
+            self.stats.note(NOT_ALLOWED, f"{name}: a call was made and parallel_tool_calls is false")
+            return False
+        self._made += 1
+        self.stats.calls += 1
+        self.stats.names.append(name)
+        return True
+
+    def mint_call_id(self) -> str:
+        """`call_` and 24 random alphanumerics, unique within the scope (seed 003)."""
+        while True:
+            call_id = random_id("call_")
+            if call_id not in self._used_ids:
+                return self.claim_id(call_id)
+
+    def claim_id(self, call_id: str) -> str:
+        self._used_ids.add(call_id)
+        return call_id
+
+    def id_taken(self, call_id: str) -> bool:
+        return call_id in self._used_ids

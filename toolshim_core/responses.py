@@ -1,0 +1,669 @@
+"""Responses API (`/v1/responses`): map lexer segments onto output items and stream events.
+
+Upstream announces message and reasoning items and streams their text; the text may carry
+leaked markup. The rewrite turns each call found in the text into a `function_call` item of
+its own, in order of appearance, and splits the text item around it:
+
+    upstream:  message msg_1 "Let me check.<tool_call>{...}</tool_call>Done."
+    client:    message msg_1 "Let me check."  |  function_call fc_…  |  message msg_1_2 "Done."
+
+Rules the real clients enforce (DESIGN.md, research/wire.md section 2):
+- `sequence_number` strictly increasing over every event sent: we number every event; one
+  whose number (and every other field) is unchanged leaves as its exact upstream bytes;
+- `output_index` counts items in the order we announce them; every delta names an item
+  already announced and not yet done, by its `item_id`;
+- a message item is announced lazily, at its first visible text, so a message holding only a
+  call leaves no empty message behind; a part of an item is announced at its first text;
+- a call's item is announced with `arguments: ""`, its arguments streamed as deltas, then
+  `function_call_arguments.done` and `output_item.done` carry the same full text; `id`
+  (`fc_…`) and `call_id` are on the item only;
+- the `.done` events, `output_item.done` and the terminal event's `response.output` all
+  agree with the deltas sent.
+
+Text channels are `output_text` parts of messages and `reasoning_text` parts of reasoning
+items. Summaries, refusals and every other event pass through, renumbered.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from .calls import CallScope, RewriteStats, random_id
+from .lexers import ScopeLexers
+from .lexers.base import CallArgs, CallBegin, CallEnd, Lexer, ReasoningEnd, Segment, Text
+from .sse import encode_event, parse_block
+from .stream import SseRewriter
+from .tools import RequestContext
+
+MESSAGE, REASONING, FUNCTION_CALL = "message", "reasoning", "function_call"
+TEXT_ITEM_TYPES = (MESSAGE, REASONING)
+TERMINAL_EVENTS = ("response.completed", "response.incomplete", "response.failed")
+# The text events of a watched part, by the item type they belong to.
+TEXT_DELTA = {MESSAGE: "response.output_text.delta", REASONING: "response.reasoning_text.delta"}
+TEXT_DONE = {MESSAGE: "response.output_text.done", REASONING: "response.reasoning_text.done"}
+PART_TYPE = {MESSAGE: "output_text", REASONING: "reasoning_text"}
+_TEXT_DELTAS = {v: k for k, v in TEXT_DELTA.items()}
+_TEXT_DONES = {v: k for k, v in TEXT_DONE.items()}
+
+
+def default_part(kind: str) -> dict[str, Any]:
+    if kind == MESSAGE:
+        return {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
+    return {"type": "reasoning_text", "text": ""}
+
+
+@dataclass(slots=True)
+class Outgoing:
+    """One event to send: the raw upstream bytes when nothing in it changed."""
+
+    event: dict[str, Any]
+    name: str | None  # the SSE `event:` field
+    raw: bytes | None = None
+
+
+@dataclass(slots=True)
+class PieceItem:
+    """A text item we send: an upstream message or reasoning item, or a piece of one cut by a
+    call. A message piece is announced at its first text; a part at its first text."""
+
+    id: str
+    kind: str
+    base: dict[str, Any]  # the item's fields besides id, status and content
+    index: int = -1  # our output_index, once announced
+    parts: dict[int, dict[str, Any]] = field(default_factory=dict)  # upstream content_index -> part
+    text_open: set[int] = field(default_factory=set)  # parts whose text is not done yet
+    part_open: set[int] = field(default_factory=set)  # parts not done yet
+
+    @property
+    def announced(self) -> bool:
+        return self.index >= 0
+
+    def content_index(self, upstream_index: int) -> int:
+        return list(self.parts).index(upstream_index)
+
+    def item(self, status: str) -> dict[str, Any]:
+        return {**self.base, "id": self.id, "status": status, "content": list(self.parts.values())}
+
+
+@dataclass(slots=True)
+class SourceItem:
+    """An upstream message or reasoning item whose text we read."""
+
+    id: str
+    kind: str
+    added: Outgoing  # upstream's output_item.added, held until the first piece is announced
+    part_added: dict[int, Outgoing] = field(default_factory=dict)  # upstream's content_part.added
+    lexers: dict[int, Lexer] = field(default_factory=dict)  # content_index -> lexer
+    altered: bool = False  # some text of it did not pass as it came
+    reasoning_over: set[int] = field(default_factory=set)  # parts whose `</think>` leaked
+    piece: PieceItem | None = None  # the piece now receiving this item's text
+    content_piece: PieceItem | None = None  # reasoning that went on as content after </think>
+    pieces: int = 0
+    produced: list[dict[str, Any]] = field(default_factory=list)  # our done items, in order
+
+
+class ResponsesRewriter:
+    """The event-level rewrite of one response (sans-IO: dicts in, dicts or raw bytes out)."""
+
+    def __init__(
+        self,
+        context: RequestContext,
+        stats: RewriteStats,
+        *,
+        max_held: int = 1 << 20,
+        required_action: bool = False,
+        dialects: ScopeLexers | None = None,
+    ) -> None:
+        self.stats = stats
+        self._dialects = dialects or ScopeLexers(CallScope(context, stats), max_held=max_held)
+        self._required_action = required_action
+        self._seq: int | None = None  # the next sequence_number to send
+        self._next_index = 0
+        self._index_map: dict[int, int] = {}  # upstream output_index -> ours, for items passed on
+        self._sources: dict[int, SourceItem] = {}  # by upstream output_index
+        self._sources_by_id: dict[str, SourceItem] = {}
+        self._passed_done: dict[str, dict[str, Any]] = {}  # items passed on, as done, by id
+        self._done_items: list[tuple[int, dict[str, Any]]] = []  # (our index, item), as closed
+        self._call: dict[str, Any] | None = None  # the function_call item being streamed
+        self._call_index = 0
+        self._call_source: SourceItem | None = None
+        self._terminal_seen = False
+
+    # -- events ----------------------------------------------------------------------------------
+
+    def on_event(self, event: dict[str, Any], raw: bytes | None = None, name: str | None = None) -> list[Outgoing]:
+        kind = event.get("type")
+        if self._seq is None:
+            seq = event.get("sequence_number")
+            self._seq = seq if type(seq) is int else 0
+        incoming = Outgoing(event, name, raw)
+        out: list[Outgoing] = []
+        if kind in TERMINAL_EVENTS and isinstance(event.get("response"), dict):
+            self._on_terminal(incoming, out)
+        elif kind == "response.output_item.added" and isinstance(event.get("item"), dict):
+            self._on_item_added(incoming, out)
+        elif kind == "response.output_item.done" and isinstance(event.get("item"), dict):
+            self._on_item_done(incoming, out)
+        elif (source := self._source_of(event)) is None:
+            out.append(self._retarget(incoming))
+        elif kind == "response.content_part.added":
+            self._on_part_added(source, incoming, out)
+        elif kind == TEXT_DELTA[source.kind] and isinstance(event.get("delta"), str):
+            self._on_text_delta(source, incoming, out)
+        elif kind == TEXT_DONE[source.kind]:
+            self._on_text_done(source, incoming, out)
+        elif kind == "response.content_part.done":
+            self._on_part_done(source, incoming, out)
+        else:
+            out.append(self._retarget(incoming))  # summaries, refusals, annotations
+        return [self._numbered(o) for o in out]
+
+    def finish(self) -> list[Outgoing]:
+        """The body ended without a terminal event: release what the lexers hold."""
+        out: list[Outgoing] = []
+        if not self._terminal_seen:
+            self._finish_lexers(out)
+        return [self._numbered(o) for o in out]
+
+    @property
+    def idle(self) -> bool:
+        return self._call is None and all(
+            lexer.idle for source in self._sources.values() for lexer in source.lexers.values()
+        )
+
+    def done_items(self) -> list[dict[str, Any]]:
+        return [item for _, item in sorted(self._done_items, key=lambda pair: pair[0])]
+
+    # -- items -----------------------------------------------------------------------------------
+
+    def _on_item_added(self, incoming: Outgoing, out: list[Outgoing]) -> None:
+        event = incoming.event
+        item, upstream_index = event["item"], event.get("output_index")
+        if item.get("type") in TEXT_ITEM_TYPES and isinstance(item.get("id"), str) and type(upstream_index) is int:
+            source = SourceItem(item["id"], item["type"], incoming)
+            self._sources[upstream_index] = source
+            self._sources_by_id[source.id] = source
+            if source.kind == REASONING:  # reasoning is announced when upstream announces it
+                self._announce(source, self._new_piece(source, REASONING), out)
+            return
+        if type(upstream_index) is int:
+            self._index_map[upstream_index] = self._next_index
+            self._next_index += 1
+        out.append(self._retarget(incoming))
+
+    def _on_item_done(self, incoming: Outgoing, out: list[Outgoing]) -> None:
+        event = incoming.event
+        upstream_item = event["item"]
+        source = self._sources.get(event.get("output_index"))
+        if source is None or source.id != upstream_item.get("id"):
+            index = self._index_map.get(event.get("output_index"))
+            if index is not None:
+                self._done_items.append((index, upstream_item))
+            if isinstance(upstream_item.get("id"), str):
+                self._passed_done[upstream_item["id"]] = upstream_item
+            out.append(self._retarget(incoming))
+            return
+        self._finish_lexers(out, source)
+        piece = source.piece
+        if not source.altered and piece is not None and piece.announced and source.content_piece is None:
+            # Never cut, text as it came: upstream's own item is the truth.
+            out.append(self._retarget(incoming))
+            self._done_items.append((piece.index, upstream_item))
+            source.produced.append(upstream_item)
+        else:
+            status = upstream_item.get("status") if isinstance(upstream_item.get("status"), str) else "completed"
+            content = upstream_item.get("content") if isinstance(upstream_item.get("content"), list) else []
+            for piece in (source.piece, source.content_piece):
+                if piece is None:
+                    continue
+                if piece.kind == source.kind:
+                    piece.base.update({k: v for k, v in upstream_item.items() if k not in ("id", "status", "content")})
+                    for key in piece.parts:  # parts we do not read: upstream's final version
+                        if piece.parts[key].get("type") != PART_TYPE[source.kind] and key < len(content):
+                            piece.parts[key] = content[key]
+                self._close_piece(source, piece, out, status)
+        source.piece = source.content_piece = None
+
+    def _new_piece(self, source: SourceItem, kind: str) -> PieceItem:
+        if kind != source.kind:  # content after a leaked </think>: a message of its own
+            piece = PieceItem(random_id("msg_"), MESSAGE, {"type": MESSAGE, "role": "assistant"})
+            source.content_piece = piece
+        else:
+            piece_id = source.id if source.pieces == 0 else f"{source.id}_{source.pieces + 1}"
+            base = {k: v for k, v in source.added.event["item"].items() if k not in ("id", "status", "content")}
+            piece = PieceItem(piece_id, kind, base)
+            source.piece = piece
+        source.pieces += 1
+        return piece
+
+    def _announce(self, source: SourceItem, piece: PieceItem, out: list[Outgoing]) -> None:
+        piece.index = self._next_index
+        self._next_index += 1
+        if piece.id == source.id:  # upstream's own announcement, renumbered
+            added = source.added.event
+            event = {**added, "output_index": piece.index, "item": {**added["item"], "content": []}}
+            out.append(self._same_or_new(source.added, event))
+        else:
+            item = {**piece.base, "id": piece.id, "status": "in_progress", "content": []}
+            out.append(self._new({"type": "response.output_item.added", "output_index": piece.index, "item": item}))
+
+    def _close_piece(self, source: SourceItem, piece: PieceItem, out: list[Outgoing], status: str = "completed") -> None:
+        if not piece.announced:
+            return  # it never got text: it is not sent at all
+        for key in list(piece.parts):
+            if key in piece.part_open:
+                self._close_part(piece, key, out)
+        item = piece.item(status)
+        out.append(self._new({"type": "response.output_item.done", "output_index": piece.index, "item": item}))
+        self._done_items.append((piece.index, item))
+        source.produced.append(item)
+
+    # -- parts and text --------------------------------------------------------------------------
+
+    def _source_of(self, event: dict[str, Any]) -> SourceItem | None:
+        source = self._sources.get(event.get("output_index"))
+        if source is None or event.get("item_id") not in (None, source.id):
+            return None
+        return source
+
+    def _on_part_added(self, source: SourceItem, incoming: Outgoing, out: list[Outgoing]) -> None:
+        content_index = incoming.event.get("content_index")
+        part = incoming.event.get("part")
+        if type(content_index) is not int or not isinstance(part, dict):
+            out.append(self._retarget(incoming))
+            return
+        source.part_added[content_index] = incoming
+        piece = source.piece
+        if part.get("type") != PART_TYPE[source.kind]:  # a part we do not read (a refusal)
+            if piece is None:
+                piece = self._new_piece(source, source.kind)
+            if not piece.announced:
+                self._announce(source, piece, out)
+            self._open_part(source, piece, content_index, out)
+        elif piece is not None and piece.announced and piece.id == source.id:
+            self._open_part(source, piece, content_index, out)  # reasoning: as upstream did
+
+    def _on_text_delta(self, source: SourceItem, incoming: Outgoing, out: list[Outgoing]) -> None:
+        event = incoming.event
+        content_index, delta = event.get("content_index"), event["delta"]
+        if type(content_index) is not int:
+            out.append(self._retarget(incoming))
+            return
+        segments = self._lexer(source, content_index).feed(delta)
+        piece = source.piece
+        if (
+            len(segments) == 1
+            and type(segments[0]) is Text
+            and segments[0].text == delta
+            and content_index not in source.reasoning_over
+            and piece is not None
+            and content_index in piece.text_open
+        ):
+            # The common case: plain text into an open part, sent as it came (renumbered).
+            piece.parts[content_index]["text"] += delta
+            changes = {"output_index": piece.index, "item_id": piece.id, "content_index": piece.content_index(content_index)}
+            out.append(self._same_or_new(incoming, {**event, **changes}))
+            return
+        if segments != [Text(delta)]:
+            source.altered = True
+        self._place(source, content_index, segments, out, incoming)
+
+    def _on_text_done(self, source: SourceItem, incoming: Outgoing, out: list[Outgoing]) -> None:
+        content_index = incoming.event.get("content_index")
+        self._finish_lexer(source, content_index, out)
+        piece = source.piece
+        if piece is not None and content_index in piece.text_open:
+            if source.altered:
+                self._close_text(piece, content_index, out)
+            else:
+                piece.text_open.discard(content_index)
+                out.append(self._retarget(incoming))
+
+    def _on_part_done(self, source: SourceItem, incoming: Outgoing, out: list[Outgoing]) -> None:
+        content_index = incoming.event.get("content_index")
+        self._finish_lexer(source, content_index, out)
+        piece = source.piece
+        if piece is None or content_index not in piece.part_open:
+            return  # the part went into pieces already done
+        part = incoming.event.get("part")
+        if isinstance(part, dict) and part.get("type") != PART_TYPE[source.kind]:
+            piece.parts[content_index] = part  # a part we do not read: upstream's final version
+        if source.altered or piece.id != source.id:
+            self._close_part(piece, content_index, out)
+        else:
+            piece.part_open.discard(content_index)
+            piece.text_open.discard(content_index)
+            out.append(self._retarget(incoming))
+
+    def _lexer(self, source: SourceItem, content_index: int) -> Lexer:
+        lexer = source.lexers.get(content_index)
+        if lexer is None:
+            lexer = source.lexers[content_index] = self._dialects.new_lexer(reasoning=source.kind == REASONING)
+        return lexer
+
+    def _finish_lexer(self, source: SourceItem, content_index: Any, out: list[Outgoing]) -> None:
+        lexer = source.lexers.pop(content_index, None)
+        if lexer is not None:
+            segments = lexer.finish()
+            if segments:
+                source.altered = True
+                self._place(source, content_index, segments, out, None)
+
+    def _finish_lexers(self, out: list[Outgoing], only: SourceItem | None = None) -> None:
+        for source in [only] if only is not None else list(self._sources.values()):
+            for content_index in list(source.lexers):
+                self._finish_lexer(source, content_index, out)
+
+    def _place(self, source: SourceItem, content_index: int, segments: list[Segment], out: list[Outgoing], incoming: Outgoing | None) -> None:
+        """Segments of one part's text, from the delta `incoming` (None: from the lexer's end)."""
+        for seg in segments:
+            if type(seg) is Text:
+                self._text(source, content_index, seg.text, out, incoming)
+            elif type(seg) is CallBegin:
+                self._begin_call(source, seg, out)
+            elif type(seg) is CallArgs:
+                self._call["arguments"] += seg.text
+                out.append(self._new({
+                    "type": "response.function_call_arguments.delta",
+                    "item_id": self._call["id"],
+                    "output_index": self._call_index,
+                    "delta": seg.text,
+                }))
+            elif type(seg) is CallEnd:
+                self._end_call(out)
+            elif type(seg) is ReasoningEnd:
+                source.reasoning_over.add(content_index)
+
+    def _text(self, source: SourceItem, content_index: int, text: str, out: list[Outgoing], incoming: Outgoing | None) -> None:
+        if not text:
+            return
+        as_content = content_index in source.reasoning_over
+        if as_content:
+            piece, kind, key = source.content_piece, MESSAGE, 0
+        else:
+            piece, kind, key = source.piece, source.kind, content_index
+        if piece is None:
+            piece = self._new_piece(source, kind)
+        if not piece.announced:
+            self._announce(source, piece, out)
+        if key not in piece.part_open:
+            self._open_part(source, piece, key, out)
+        piece.parts[key]["text"] += text
+        position = {"item_id": piece.id, "output_index": piece.index, "content_index": piece.content_index(key)}
+        if incoming is not None and not as_content and text == incoming.event["delta"]:
+            out.append(self._same_or_new(incoming, {**incoming.event, **position}))  # as it came
+            return
+        delta = {
+            "type": TEXT_DELTA[kind],
+            "item_id": piece.id,
+            "output_index": piece.index,
+            "content_index": piece.content_index(key),
+            "delta": text,
+        }
+        if kind == MESSAGE:
+            delta["logprobs"] = []  # upstream's logprobs belong to the text as it came
+        out.append(self._new(delta))
+
+    def _open_part(self, source: SourceItem, piece: PieceItem, key: int, out: list[Outgoing]) -> None:
+        upstream = source.part_added.get(key) if piece.kind == source.kind else None
+        template = upstream.event["part"] if upstream is not None else default_part(piece.kind)
+        reads_text = template.get("type") == PART_TYPE[piece.kind]
+        part = {**template, "text": ""} if reads_text else dict(template)
+        piece.parts[key] = part
+        piece.part_open.add(key)
+        if reads_text:
+            piece.text_open.add(key)
+        event = {
+            "type": "response.content_part.added",
+            "item_id": piece.id,
+            "output_index": piece.index,
+            "content_index": piece.content_index(key),
+            "part": dict(part),
+        }
+        out.append(self._same_or_new(upstream, {**upstream.event, **event}) if upstream is not None else self._new(event))
+
+    def _close_text(self, piece: PieceItem, key: int, out: list[Outgoing]) -> None:
+        piece.text_open.discard(key)
+        done = {
+            "type": TEXT_DONE[piece.kind],
+            "item_id": piece.id,
+            "output_index": piece.index,
+            "content_index": piece.content_index(key),
+            "text": piece.parts[key]["text"],
+        }
+        if piece.kind == MESSAGE:
+            done["logprobs"] = []
+        out.append(self._new(done))
+
+    def _close_part(self, piece: PieceItem, key: int, out: list[Outgoing]) -> None:
+        if key in piece.text_open:
+            self._close_text(piece, key, out)
+        piece.part_open.discard(key)
+        out.append(self._new({
+            "type": "response.content_part.done",
+            "item_id": piece.id,
+            "output_index": piece.index,
+            "content_index": piece.content_index(key),
+            "part": dict(piece.parts[key]),
+        }))
+
+    # -- calls -----------------------------------------------------------------------------------
+
+    def _begin_call(self, source: SourceItem, begin: CallBegin, out: list[Outgoing]) -> None:
+        # A call's item stands alone: text items open now are done, and go on as new pieces.
+        for other in self._sources.values():
+            for piece in (other.piece, other.content_piece):
+                if piece is not None and piece.announced:
+                    other.altered = True
+                    self._close_piece(other, piece, out)
+                    if piece is other.piece:
+                        other.piece = None
+                    else:
+                        other.content_piece = None
+        self._call = {
+            "id": random_id("fc_"),
+            "type": FUNCTION_CALL,
+            "status": "in_progress",
+            "call_id": begin.id,
+            "name": begin.name,
+            "arguments": "",
+        }
+        self._call_index = self._next_index
+        self._next_index += 1
+        self._call_source = source
+        out.append(self._new({"type": "response.output_item.added", "output_index": self._call_index, "item": dict(self._call)}))
+
+    def _end_call(self, out: list[Outgoing]) -> None:
+        call = {**self._call, "status": "completed"}
+        out.append(self._new({
+            "type": "response.function_call_arguments.done",
+            "item_id": call["id"],
+            "output_index": self._call_index,
+            "name": call["name"],
+            "arguments": call["arguments"],
+        }))
+        out.append(self._new({"type": "response.output_item.done", "output_index": self._call_index, "item": call}))
+        self._done_items.append((self._call_index, call))
+        self._call_source.produced.append(call)
+        self._call = self._call_source = None
+
+    # -- the terminal event ----------------------------------------------------------------------
+
+    def _on_terminal(self, incoming: Outgoing, out: list[Outgoing]) -> None:
+        self._finish_lexers(out)
+        self._terminal_seen = True
+        event = incoming.event
+        response = event["response"]
+        if self._required_action and self.stats.calls and event["type"] == "response.completed":
+            out.append(self._new(self._required_action_event(response)))
+        output = self._final_output(response.get("output"))
+        if output is None:
+            out.append(self._retarget(incoming))
+        else:
+            out.append(self._same_or_new(incoming, {**event, "response": {**response, "output": output}}))
+
+    def _final_output(self, upstream: Any) -> list[Any] | None:
+        """`response.output` as the client was sent it: every done item, in order."""
+        if not isinstance(upstream, list):
+            return None
+        if not self._sources and not self._index_map:  # nothing streamed item by item
+            return rewrite_output_items(upstream, self._dialects)
+        output: list[Any] = []
+        listed: set[int] = set()
+        for item in upstream:
+            item_id = item.get("id") if isinstance(item, dict) else None
+            source = self._sources_by_id.get(item_id)
+            if source is not None:
+                output += source.produced
+                listed.update(id(x) for x in source.produced)
+            elif item_id in self._passed_done:
+                output.append(item)
+                listed.add(id(self._passed_done[item_id]))
+            else:
+                output += rewrite_output_items([item], self._dialects)
+        output += [item for item in self.done_items() if id(item) not in listed]  # left out upstream
+        return output
+
+    def _required_action_event(self, response: dict[str, Any]) -> dict[str, Any]:
+        """Seed 004's `response.required_action` (not an OpenAI event; off by default)."""
+        calls = [item for item in self.done_items() if item.get("type") == FUNCTION_CALL]
+        return {
+            "type": "response.required_action",
+            "response": {k: response.get(k) for k in ("id", "object", "created_at", "model")} | {"status": "incomplete"},
+            "required_action": {
+                "type": "submit_tool_outputs",
+                "submit_tool_outputs": {
+                    "tool_calls": [
+                        {"id": c["call_id"], "type": "function", "function": {"name": c["name"], "arguments": c["arguments"]}}
+                        for c in calls
+                    ]
+                },
+            },
+        }
+
+    # -- numbering -------------------------------------------------------------------------------
+
+    def _retarget(self, incoming: Outgoing) -> Outgoing:
+        """An event we do not rewrite: its output_index, item_id and content_index follow ours."""
+        event = incoming.event
+        upstream_index = event.get("output_index")
+        if type(upstream_index) is not int:
+            return incoming
+        source = self._sources.get(upstream_index)
+        if source is None:
+            return self._same_or_new(incoming, {**event, "output_index": self._index_map.get(upstream_index, upstream_index)})
+        piece = source.piece if source.piece is not None else source.content_piece
+        if piece is None or not piece.announced:
+            return incoming  # nothing of ours to point at: leave it as it came
+        changes: dict[str, Any] = {"output_index": piece.index}
+        if "item_id" in event:
+            changes["item_id"] = piece.id
+        if type(event.get("content_index")) is int and event["content_index"] in piece.parts:
+            changes["content_index"] = piece.content_index(event["content_index"])
+        if event.get("type") == "response.output_item.done" and isinstance(event.get("item"), dict):
+            changes["item"] = {**event["item"], "id": piece.id}
+        return self._same_or_new(incoming, {**event, **changes})
+
+    @staticmethod
+    def _same_or_new(incoming: Outgoing, event: dict[str, Any]) -> Outgoing:
+        """`event` replaces `incoming`; its raw bytes stay valid when nothing changed."""
+        return Outgoing(event, incoming.name, incoming.raw if event == incoming.event else None)
+
+    @staticmethod
+    def _new(event: dict[str, Any]) -> Outgoing:
+        return Outgoing(event, event["type"])
+
+    def _numbered(self, outgoing: Outgoing) -> Outgoing:
+        seq = self._seq
+        self._seq += 1
+        if outgoing.event.get("sequence_number") != seq:
+            outgoing.event = {**outgoing.event, "sequence_number": seq}
+            outgoing.raw = None
+        return outgoing
+
+
+def rewrite_output_items(items: list[Any], dialects: ScopeLexers) -> list[Any]:
+    """Rewrite finished output items whose text was not streamed (a non-streaming body, or a
+    terminal event listing items never announced): the same rules, on the items whole."""
+    rewriter = ResponsesRewriter(dialects.scope.context, dialects.scope.stats, dialects=dialects)
+    for index, item in enumerate(items):
+        if isinstance(item, dict):
+            for event in item_as_events(item, index):
+                rewriter.on_event(event)
+    rewriter.finish()
+    return rewriter.done_items()
+
+
+def item_as_events(item: dict[str, Any], index: int) -> list[dict[str, Any]]:
+    """The events that would have streamed a finished item, each text part in one delta."""
+    kind = item.get("type")
+    if kind not in TEXT_ITEM_TYPES or not isinstance(item.get("id"), str):
+        return [
+            {"type": "response.output_item.added", "output_index": index, "item": item},
+            {"type": "response.output_item.done", "output_index": index, "item": item},
+        ]
+    content = item.get("content") if isinstance(item.get("content"), list) else []
+    events: list[dict[str, Any]] = [
+        {"type": "response.output_item.added", "output_index": index, "item": {**item, "content": []}}
+    ]
+    for content_index, part in enumerate(content):
+        common = {"item_id": item["id"], "output_index": index, "content_index": content_index}
+        text = part.get("text") if isinstance(part, dict) else None
+        if not isinstance(part, dict) or part.get("type") != PART_TYPE[kind] or not isinstance(text, str):
+            events.append({"type": "response.content_part.added", **common, "part": part})
+            events.append({"type": "response.content_part.done", **common, "part": part})
+            continue
+        events.append({"type": "response.content_part.added", **common, "part": {**part, "text": ""}})
+        events.append({"type": TEXT_DELTA[kind], **common, "delta": text})
+        events.append({"type": TEXT_DONE[kind], **common, "text": text})
+        events.append({"type": "response.content_part.done", **common, "part": part})
+    events.append({"type": "response.output_item.done", "output_index": index, "item": item})
+    return events
+
+
+def rewrite_response_body(body: dict[str, Any], context: RequestContext, *, max_held: int = 1 << 20) -> RewriteStats | None:
+    """Rewrite a non-streaming Responses body in place; None when nothing changed."""
+    output = body.get("output")
+    if body.get("object") != "response" or not isinstance(output, list):
+        return None
+    stats = RewriteStats()
+    dialects = ScopeLexers(CallScope(context, stats), max_held=max_held)
+    rewritten = rewrite_output_items(output, dialects)
+    if rewritten == output:
+        return None
+    body["output"] = rewritten
+    return stats
+
+
+class ResponsesStreamRewriter(SseRewriter):
+    """A Responses API SSE body in (any byte pieces), the repaired SSE body out."""
+
+    def __init__(self, context: RequestContext, *, max_held: int = 1 << 20, required_action: bool = False) -> None:
+        super().__init__()
+        self._core = ResponsesRewriter(context, self.stats, max_held=max_held, required_action=required_action)
+        self._named: bool | None = None  # does upstream send `event:` lines? then so do we
+
+    def _on_block(self, raw: bytes) -> list[bytes]:
+        block = parse_block(raw)
+        if block.data is None or block.malformed:
+            return [raw]
+        try:
+            event = orjson.loads(block.data)
+        except orjson.JSONDecodeError:
+            return [raw]
+        if not isinstance(event, dict) or not isinstance(event.get("type"), str):
+            return [raw]
+        if self._named is None:
+            self._named = block.event is not None
+        return [self._encode(o) for o in self._core.on_event(event, raw, block.event)]
+
+    def _at_end(self) -> list[bytes]:
+        return [self._encode(o) for o in self._core.finish()]
+
+    def _encode(self, outgoing: Outgoing) -> bytes:
+        if outgoing.raw is not None:
+            return outgoing.raw
+        return encode_event(orjson.dumps(outgoing.event), outgoing.name if self._named else None)
