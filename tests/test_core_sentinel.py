@@ -9,6 +9,7 @@ import pytest
 
 from toolshim_core.calls import (
     INVALID_JSON,
+    INVALID_SCHEMA,
     NOT_ALLOWED,
     REPAIRED_JSON,
     SCHEMA_MISMATCH,
@@ -18,7 +19,7 @@ from toolshim_core.calls import (
     RewriteStats,
 )
 from toolshim_core.lexers.base import CallArgs, CallBegin, CallEnd, Text
-from toolshim_core.lexers.sentinel import INVALID_SCHEMA, SentinelLexer, ToolCallJudge
+from toolshim_core.lexers.sentinel import SentinelLexer, ToolCallJudge
 from toolshim_core.tools import RequestContext, ToolSpec
 
 WEATHER = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}

@@ -30,6 +30,7 @@ UNKNOWN_NAME = "unknown_name"  # names no declared tool
 SCHEMA_MISMATCH = "schema_mismatch"  # non-strict tool: arguments do not fit, call emitted anyway
 STRICT_FAILURE = "strict_failure"  # strict tool: arguments do not fit, no call
 NOT_ALLOWED = "not_allowed"  # tool_choice "none", or a second call with parallel_tool_calls false
+INVALID_SCHEMA = "invalid_schema"  # a declared tool's parameters are no JSON Schema: not validated
 
 
 @dataclass(slots=True)
@@ -63,15 +64,20 @@ class CallScope:
 
     def admit(self, name: str) -> bool:
         """Ask before emitting a call to `name`; True means emit it (and it is counted)."""
+        return self.admit_all([name])
+
+    def admit_all(self, names: list[str]) -> bool:
+        """Ask before emitting several calls at once (one block listing them): all or none."""
+        label = ", ".join(names)
         if self.context.tool_choice_none:
-            self.stats.note(NOT_ALLOWED, f"{name}: the request set tool_choice none")
+            self.stats.note(NOT_ALLOWED, f"{label}: the request set tool_choice none")
             return False
-        if self._made and not self.context.parallel_tool_calls:
-            self.stats.note(NOT_ALLOWED, f"{name}: a call was made and parallel_tool_calls is false")
+        if (self._made or len(names) > 1) and not self.context.parallel_tool_calls:
+            self.stats.note(NOT_ALLOWED, f"{label}: only one call, parallel_tool_calls is false")
             return False
-        self._made += 1
-        self.stats.calls += 1
-        self.stats.names.append(name)
+        self._made += len(names)
+        self.stats.calls += len(names)
+        self.stats.names.extend(names)
         return True
 
     def mint_call_id(self) -> str:

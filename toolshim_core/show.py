@@ -1,7 +1,8 @@
 """Print what a .flow file's LLM responses say, before and after toolshim: `python -m toolshim_core.show F`.
 
-For each Chat Completions flow: the text the upstream sent (from the copy toolshim keeps in
-flow.metadata) and what the client got: text fields, tool calls, finish_reason.
+For each Chat Completions or Responses flow: what the upstream sent (from the copy toolshim
+keeps in flow.metadata) and what the client got: text fields, tool calls, finish_reason; for the
+Responses API, the output items.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from typing import Any
 import orjson
 from mitmproxy import http, io
 
-from .addon import METADATA_KEY, is_chat_completions
+from .addon import METADATA_KEY, RESPONSES, api_of
 
 
 def accumulate(body: bytes) -> dict[str, Any]:
@@ -52,6 +53,39 @@ def accumulate(body: bytes) -> dict[str, Any]:
     return result
 
 
+def response_output(body: bytes) -> list[dict[str, Any]]:
+    """The output items of a Responses body: the JSON's, or the terminal event's of a stream."""
+    if body.lstrip().startswith(b"{"):
+        return orjson.loads(body).get("output") or []
+    items: dict[int, dict[str, Any]] = {}
+    for line in body.splitlines():
+        if not line.startswith(b"data:"):
+            continue
+        try:
+            event = orjson.loads(line[5:])
+        except orjson.JSONDecodeError:
+            continue
+        if not isinstance(event, dict):
+            continue
+        if event.get("type") in ("response.completed", "response.incomplete", "response.failed"):
+            return (event.get("response") or {}).get("output") or []
+        if event.get("type") == "response.output_item.done":  # a stream cut before its end
+            items[event.get("output_index", len(items))] = event.get("item") or {}
+    return [items[i] for i in sorted(items)]
+
+
+def describe_output(items: list[dict[str, Any]], indent: str = "    ") -> str:
+    lines = []
+    for index, item in enumerate(items):
+        kind = item.get("type")
+        if kind == "function_call":
+            lines.append(f"{indent}[{index}] function_call: {item.get('name')}({item.get('arguments')})  call_id={item.get('call_id')}")
+        else:
+            text = "".join(part.get("text", "") for part in item.get("content") or [] if isinstance(part, dict))
+            lines.append(f"{indent}[{index}] {kind}: {text!r}")
+    return "\n".join(lines) or f"{indent}(no output items)"
+
+
 def describe(result: dict[str, Any], indent: str = "    ") -> str:
     lines = [f"{indent}{key}: {text!r}" for key, text in result["text"].items() if text]
     for index, call in sorted(result["tool_calls"].items()):
@@ -66,15 +100,19 @@ def main(argv: list[str]) -> int:
         return 2
     with open(argv[0], "rb") as f:
         for flow in io.FlowReader(f).stream():
-            if not isinstance(flow, http.HTTPFlow) or not is_chat_completions(flow) or not flow.response:
+            if not isinstance(flow, http.HTTPFlow) or api_of(flow) is None or not flow.response:
                 continue
+            summary = (lambda body: describe_output(response_output(body))) if api_of(flow) == RESPONSES else (lambda body: describe(accumulate(body)))
             print(f"{flow.request.method} {flow.request.pretty_url} -> {flow.response.status_code}")
             upstream = (flow.metadata.get(METADATA_KEY) or {}).get("upstream")
-            if upstream:
-                print("  upstream sent:")
-                print(describe(accumulate(upstream)))
-            print("  client got:" if upstream else "  body:")
-            print(describe(accumulate(flow.response.get_content(strict=False) or b"")))
+            try:
+                if upstream:
+                    print("  upstream sent:")
+                    print(summary(upstream))
+                print("  client got:" if upstream else "  body:")
+                print(summary(flow.response.get_content(strict=False) or b""))
+            except (orjson.JSONDecodeError, KeyError, IndexError, TypeError, AttributeError) as exc:
+                print(f"  (not an LLM body this tool can read: {exc!r})")
     return 0
 
 

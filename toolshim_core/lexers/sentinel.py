@@ -60,7 +60,7 @@ from jsonschema.exceptions import best_match
 
 from ..calls import (
     INVALID_JSON,
-    NOT_ALLOWED,
+    INVALID_SCHEMA,
     REPAIRED_JSON,
     SCHEMA_MISMATCH,
     STRICT_FAILURE,
@@ -69,10 +69,6 @@ from ..calls import (
 )
 from ..tools import ToolSpec
 from .base import CallArgs, CallBegin, CallEnd, Marker, Segment, Text, find_marker
-
-# A declared tool's `parameters` is not a valid JSON Schema: its calls are not validated.
-# (Belongs next to the other problem kinds in calls.py.)
-INVALID_SCHEMA = "invalid_schema"
 
 OPEN_TAG = "<tool_call>"
 END_TAG = "</tool_call>"
@@ -143,17 +139,8 @@ class ToolCallJudge:
         calls = self.check(block)
         if calls is None:
             return None
-        context = self.scope.context
-        if len(calls) > 1 and not context.parallel_tool_calls and not context.tool_choice_none:
-            self._note(NOT_ALLOWED, f"a block of {len(calls)} calls and parallel_tool_calls is false")
+        if not self.scope.admit_all([call.name for call in calls]):
             return None
-        for i, call in enumerate(calls):
-            if not self.scope.admit(call.name):
-                if i == 0:
-                    return None
-                # Cannot happen with the checks above; never un-count an admitted call.
-                calls = calls[:i]
-                break
         for call in calls:
             for problem, detail in call.notes:
                 self._note(problem, detail)
