@@ -231,3 +231,84 @@ def test_the_same_text_gives_the_same_calls_on_both_apis_streamed_or_not(text):
 
     assert chat_stream_calls == chat_json_calls == responses_stream == responses_json
     assert (len(chat_stream_calls) > 0) == ("nope" not in text)
+
+
+# -- upstream shapes ----------------------------------------------------------------------------
+
+
+def events_of(body: bytes) -> list[dict]:
+    return [json.loads(line[6:]) for line in body.decode().splitlines() if line.startswith("data: ")]
+
+
+def test_upstream_without_event_lines_gets_none_from_us_either():
+    body = b"".join(
+        b"data: " + json.dumps(e).encode() + b"\n\n" for e in responses_events("m", ["Hi.", CALL_PARIS], tools=TOOLS)
+    )
+    out = rewrite(body)
+    assert b"event:" not in out
+    assert calls_of(check_responses_stream(out)) == [("get_weather", {"city": "Paris"})]
+
+
+def test_upstream_without_sequence_numbers_gets_them():
+    body = b"".join(
+        b"data: " + json.dumps(e).encode() + b"\n\n" for e in responses_events("m", ["plain text"], tools=TOOLS)
+    )
+    out = events_of(rewrite(body))
+    assert [e["sequence_number"] for e in out] == list(range(len(out)))
+
+
+def test_a_native_function_call_item_keeps_its_place_after_ours():
+    events = responses_events("m", [CALL_PARIS], tools=TOOLS)
+    native = {"id": "fc_native", "type": "function_call", "call_id": "call_native", "name": "get_time", "arguments": "", "status": "in_progress"}
+    done = {**native, "arguments": "{}", "status": "completed"}
+    completed = events.pop()
+    events += [
+        {"type": "response.output_item.added", "output_index": 1, "item": native},
+        {"type": "response.function_call_arguments.delta", "item_id": "fc_native", "output_index": 1, "delta": "{}"},
+        {"type": "response.function_call_arguments.done", "item_id": "fc_native", "output_index": 1, "name": "get_time", "arguments": "{}"},
+        {"type": "response.output_item.done", "output_index": 1, "item": done},
+    ]
+    completed["response"]["output"].append(done)
+    events.append(completed)
+    result = check_responses_stream(rewrite(responses_sse(events)))
+    assert result["items"] == ["function_call", "function_call"]
+    assert [c["call_id"] for c in result["calls"]][1] == "call_native"
+
+
+def test_a_refusal_part_passes_through():
+    events = responses_events("m", ["x"], tools=TOOLS)
+    # turn the message's only part into a refusal
+    refusal = {"type": "refusal", "refusal": ""}
+    shaped = []
+    for e in events:
+        if e["type"] == "response.content_part.added":
+            e = {**e, "part": refusal}
+        elif e["type"] == "response.output_text.delta":
+            e = {"type": "response.refusal.delta", "item_id": e["item_id"], "output_index": 0, "content_index": 0, "delta": "No."}
+        elif e["type"] == "response.output_text.done":
+            e = {"type": "response.refusal.done", "item_id": e["item_id"], "output_index": 0, "content_index": 0, "refusal": "No."}
+        elif e["type"] == "response.content_part.done":
+            e = {**e, "part": {"type": "refusal", "refusal": "No."}}
+        elif e["type"] == "response.output_item.done":
+            e = {**e, "item": {**e["item"], "content": [{"type": "refusal", "refusal": "No."}]}}
+        elif e["type"] == "response.completed":
+            e["response"]["output"][0]["content"] = [{"type": "refusal", "refusal": "No."}]
+        shaped.append(e)
+    body = responses_sse(shaped)
+    assert rewrite(body) == body
+
+
+def test_items_only_listed_in_the_terminal_event_are_rewritten_there():
+    events = responses_events("m", ["Hi." + CALL_PARIS], tools=TOOLS)
+    body = responses_sse([events[0], events[-1]])  # created, completed: nothing streamed item by item
+    completed = events_of(rewrite(body))[-1]
+    assert [i["type"] for i in completed["response"]["output"]] == ["message", "function_call"]
+
+
+def test_content_after_a_leaked_think_end_in_reasoning_becomes_a_message():
+    kimi = f"{SECTION_BEGIN}{CALL_BEGIN}functions.get_time:0{ARG_BEGIN}" + '{"tz": "UTC"}' + f"{CALL_END}{SECTION_END}"
+    events = responses_events("m", [], reasoning_pieces=["Need the time.", kimi, "</think>", "It is noon."], tools=TOOLS)
+    result = check_responses_stream(rewrite(responses_sse(events)))
+    assert result["items"] == ["reasoning", "function_call", "message"]
+    assert result["reasoning"] == "Need the time."
+    assert result["text"] == "It is noon."

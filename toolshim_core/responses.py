@@ -105,6 +105,15 @@ class SourceItem:
     produced: list[dict[str, Any]] = field(default_factory=list)  # our done items, in order
 
 
+@dataclass(slots=True)
+class OpenCall:
+    """A function_call item announced and not yet done."""
+
+    item: dict[str, Any]
+    index: int  # our output_index
+    source: SourceItem  # the text item it was found in: it takes the call's place in the output
+
+
 class ResponsesRewriter:
     """The event-level rewrite of one response (sans-IO: dicts in, dicts or raw bytes out)."""
 
@@ -127,9 +136,9 @@ class ResponsesRewriter:
         self._sources_by_id: dict[str, SourceItem] = {}
         self._passed_done: dict[str, dict[str, Any]] = {}  # items passed on, as done, by id
         self._done_items: list[tuple[int, dict[str, Any]]] = []  # (our index, item), as closed
-        self._call: dict[str, Any] | None = None  # the function_call item being streamed
-        self._call_index = 0
-        self._call_source: SourceItem | None = None
+        # The function_call items being streamed, by the channel (item id, content_index) whose
+        # lexer opened them: two channels may each be inside a call at the same time.
+        self._calls: dict[tuple[str, int], OpenCall] = {}
         self._terminal_seen = False
 
     # -- events ----------------------------------------------------------------------------------
@@ -167,12 +176,6 @@ class ResponsesRewriter:
         if not self._terminal_seen:
             self._finish_lexers(out)
         return [self._numbered(o) for o in out]
-
-    @property
-    def idle(self) -> bool:
-        return self._call is None and all(
-            lexer.idle for source in self._sources.values() for lexer in source.lexers.values()
-        )
 
     def done_items(self) -> list[dict[str, Any]]:
         return [item for _, item in sorted(self._done_items, key=lambda pair: pair[0])]
@@ -363,17 +366,18 @@ class ResponsesRewriter:
             if type(seg) is Text:
                 self._text(source, content_index, seg.text, out, incoming)
             elif type(seg) is CallBegin:
-                self._begin_call(source, seg, out)
+                self._begin_call(source, content_index, seg, out)
             elif type(seg) is CallArgs:
-                self._call["arguments"] += seg.text
+                call = self._calls[(source.id, content_index)]
+                call.item["arguments"] += seg.text
                 out.append(self._new({
                     "type": "response.function_call_arguments.delta",
-                    "item_id": self._call["id"],
-                    "output_index": self._call_index,
+                    "item_id": call.item["id"],
+                    "output_index": call.index,
                     "delta": seg.text,
                 }))
             elif type(seg) is CallEnd:
-                self._end_call(out)
+                self._end_call(self._calls.pop((source.id, content_index)), out)
             elif type(seg) is ReasoningEnd:
                 source.reasoning_over.add(content_index)
 
@@ -452,7 +456,7 @@ class ResponsesRewriter:
 
     # -- calls -----------------------------------------------------------------------------------
 
-    def _begin_call(self, source: SourceItem, begin: CallBegin, out: list[Outgoing]) -> None:
+    def _begin_call(self, source: SourceItem, content_index: int, begin: CallBegin, out: list[Outgoing]) -> None:
         # A call's item stands alone: text items open now are done, and go on as new pieces.
         for other in self._sources.values():
             for piece in (other.piece, other.content_piece):
@@ -463,7 +467,7 @@ class ResponsesRewriter:
                         other.piece = None
                     else:
                         other.content_piece = None
-        self._call = {
+        item = {
             "id": random_id("fc_"),
             "type": FUNCTION_CALL,
             "status": "in_progress",
@@ -471,24 +475,22 @@ class ResponsesRewriter:
             "name": begin.name,
             "arguments": "",
         }
-        self._call_index = self._next_index
+        call = self._calls[(source.id, content_index)] = OpenCall(item, self._next_index, source)
         self._next_index += 1
-        self._call_source = source
-        out.append(self._new({"type": "response.output_item.added", "output_index": self._call_index, "item": dict(self._call)}))
+        out.append(self._new({"type": "response.output_item.added", "output_index": call.index, "item": dict(item)}))
 
-    def _end_call(self, out: list[Outgoing]) -> None:
-        call = {**self._call, "status": "completed"}
+    def _end_call(self, call: OpenCall, out: list[Outgoing]) -> None:
+        item = {**call.item, "status": "completed"}
         out.append(self._new({
             "type": "response.function_call_arguments.done",
-            "item_id": call["id"],
-            "output_index": self._call_index,
-            "name": call["name"],
-            "arguments": call["arguments"],
+            "item_id": item["id"],
+            "output_index": call.index,
+            "name": item["name"],
+            "arguments": item["arguments"],
         }))
-        out.append(self._new({"type": "response.output_item.done", "output_index": self._call_index, "item": call}))
-        self._done_items.append((self._call_index, call))
-        self._call_source.produced.append(call)
-        self._call = self._call_source = None
+        out.append(self._new({"type": "response.output_item.done", "output_index": call.index, "item": item}))
+        self._done_items.append((call.index, item))
+        call.source.produced.append(item)
 
     # -- the terminal event ----------------------------------------------------------------------
 
