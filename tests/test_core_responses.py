@@ -312,3 +312,37 @@ def test_content_after_a_leaked_think_end_in_reasoning_becomes_a_message():
     assert result["items"] == ["reasoning", "function_call", "message"]
     assert result["reasoning"] == "Need the time."
     assert result["text"] == "It is noon."
+
+
+# -- liveness and the JSON-aware end ------------------------------------------------------------
+
+
+def test_text_streams_live_and_a_block_is_held_until_it_closes():
+    block = '<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>'
+    events = responses_events("m", ["Let me check.", block[:30], block[30:], " ok"], tools=TOOLS)
+    rewriter = ResponsesStreamRewriter(context())
+    sent: list[list[dict]] = []
+    for raw in responses_sse(events).split(b"\n\n")[:-1]:
+        sent.append(events_of(b"".join(rewriter.feed(raw + b"\n\n"))))
+    types = [[e["type"] for e in batch] for batch in sent]
+    first_text = next(i for i, batch in enumerate(sent) if any(e.get("delta") == "Let me check." for e in batch))
+    assert types[first_text][-1] == "response.output_text.delta"  # sent with the event that brought it
+    assert types[first_text + 1] == []  # the first half of the block: held
+    assert "response.function_call_arguments.done" in types[first_text + 2]  # the whole call at its end tag
+
+
+def test_an_end_tag_inside_a_json_string_does_not_close_the_block_at_any_split():
+    html = '<tool_call>{"name": "get_weather", "arguments": {"city": "a</tool_call>b"}}</tool_call> after'
+    chat_tools = [{"type": "function", "function": {k: v for k, v in t.items() if k != "type"}} for t in TOOLS]
+    ctx = RequestContext.from_body(json.dumps({"model": "m", "messages": [], "tools": chat_tools}).encode())
+    body = sse_body([
+        {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m",
+         "choices": [{"index": 0, "delta": {"content": html}, "finish_reason": None}]},
+        {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m",
+         "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]},
+    ])
+    for cut in range(1, len(body)):
+        rewriter = ChatStreamRewriter(ctx)
+        result = check_chat_stream(b"".join(rewriter.feed(body[:cut]) + rewriter.feed(body[cut:]) + rewriter.close()))
+        assert [(c["name"], json.loads(c["arguments"])) for c in result["tool_calls"]] == [("get_weather", {"city": "a</tool_call>b"})], cut
+        assert result["content"] == " after" and result["finish_reason"] == "tool_calls"
