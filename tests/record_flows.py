@@ -1,9 +1,20 @@
-"""Regenerate the `flows/` regression fixtures: `python tests/record_flows.py`.
+"""Regenerate the `flows/` regression fixtures.
+
+    python tests/record_flows.py                    record every situation (rewrites every .flow)
+    python tests/record_flows.py --only NAME ...    record only the named situations
+    python tests/record_flows.py --missing          record the situations that have no .flow yet
+    python tests/record_flows.py --list             list the situations, marking the unrecorded
 
 A scripted upstream answers one request per situation through a real mitmdump that runs
 WITHOUT the toolshim addon and writes every flow with `-w`. Without a streaming addon mitmdump
 buffers SSE bodies whole, so each recorded flow holds the upstream's body exactly as it was
-sent. The recording is then split into one `flows/<situation>.flow` per situation.
+sent. The recording is then split into one `flows/<situation>.flow` per situation; the .flow
+files of situations not selected are left as they are (their flow ids and bytes unchanged).
+
+Chat Completions situations post to /v1/chat/completions (streams end with `data: [DONE]`);
+Responses API situations post to /v1/responses (streams are `event:`/`data:` pairs, one event
+per HTTP chunk, ending on `response.completed` without `[DONE]`). Buffered answers are JSON
+with a content-length.
 
 The `flows/<situation>.expected.json` files beside them are written by hand and are not touched
 here: they say what toolshim should make of each recorded response (see tests/test_flows.py).
@@ -12,7 +23,9 @@ Re-recording changes timestamps, ports and flow ids, never the request or respon
 
 from __future__ import annotations
 
+import argparse
 import json
+import re
 import sys
 import tempfile
 from collections.abc import Callable
@@ -36,6 +49,14 @@ from kimi import (  # noqa: E402
     SEED_000,
     USAGE,
     kimi_chunks,
+)
+from responses import (  # noqa: E402
+    function_tool,
+    number_events,
+    response_json,
+    responses_events,
+    responses_sse,
+    usage_object,
 )
 
 FLOWS_DIR = PROJECT_ROOT / "flows"
@@ -84,6 +105,8 @@ def chat_request(
     stream: bool = True,
     tools: list[dict[str, Any]] | None = None,
     history: list[dict[str, Any]] | None = None,
+    tool_choice: str = "auto",
+    parallel_tool_calls: bool | None = None,
 ) -> dict[str, Any]:
     body: dict[str, Any] = {
         "model": model,
@@ -94,13 +117,89 @@ def chat_request(
         body["stream_options"] = {"include_usage": True}
     if tools:
         body["tools"] = tools
-        body["tool_choice"] = "auto"
+        body["tool_choice"] = tool_choice
+        if parallel_tool_calls is not None:
+            body["parallel_tool_calls"] = parallel_tool_calls
     body["temperature"] = 0.6
     return body
 
 
 def usage(prompt: int, completion: int) -> dict[str, int]:
     return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+
+
+# -- the `<tool_call>` (Hermes / Qwen) dialect ------------------------------------------------------
+
+QWEN25 = "Qwen/Qwen2.5-72B-Instruct"
+QWEN3 = "Qwen/Qwen3-32B"
+
+GET_TIME = tool("get_time", "Current local time in a timezone.", timezone="IANA timezone name, e.g. Europe/Paris.")
+SET_THERMOSTAT = {  # a strict tool, shaped as OpenAI's structured outputs require
+    "type": "function",
+    "function": {
+        "name": "set_thermostat",
+        "description": "Set the target temperature of a room.",
+        "strict": True,
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "room": {"type": "string", "description": "Room name."},
+                "celsius": {"type": "number", "description": "Target temperature in degrees Celsius."},
+            },
+            "required": ["room", "celsius"],
+            "additionalProperties": False,
+        },
+    },
+}
+
+
+def tool_call_block(call: Any) -> str:
+    """A call as Qwen's chat template has the model write it."""
+    return "<tool_call>\n" + json.dumps(call, ensure_ascii=False) + "\n</tool_call>"
+
+
+# Roughly how a BPE tokenizer cuts such text: the tags are single (special) tokens, a run of
+# newlines is one token, words and punctuation runs carry their leading space.
+_TOKEN = re.compile(r"</?tool_call>|\n+|[ ]?[A-Za-z]+|[ ]?[0-9]+|[ ]?<|[ ]?[^\sA-Za-z0-9<]+|\s")
+
+
+def tokens(text: str) -> list[str]:
+    """`text` in token-sized pieces, one per stream event."""
+    pieces = _TOKEN.findall(text)
+    assert "".join(pieces) == text, "the token pattern lost characters"
+    return pieces
+
+
+def content_chunks(model: str, text: str, *, usage: dict[str, int], finish_reason: str = "stop") -> list[dict[str, Any]]:
+    """A vLLM-style Chat stream of `text` in `content`, one token per chunk."""
+    return kimi_chunks(model, tokens(text), fields=("content",), finish_reason=finish_reason, usage=usage)
+
+
+# -- Responses API requests, shaped like a real client's (openai-python, Codex) --------------------
+
+
+def flat_tool(name: str, description: str, **properties: str) -> dict[str, Any]:
+    """A Responses function tool with string parameters: flat, unlike Chat's."""
+    parameters = tool(name, description, **properties)["function"]["parameters"]
+    return function_tool(name, parameters, description=description, strict=False)
+
+
+R_GET_WEATHER = flat_tool("get_weather", "Current weather for a city.", city="City name.")
+R_GET_TIME = flat_tool("get_time", "Current local time in a timezone.", timezone="IANA timezone name, e.g. Europe/Paris.")
+R_TOOLS = [R_GET_WEATHER, R_GET_TIME]
+INSTRUCTIONS = "You are a helpful assistant."
+
+
+def responses_request(model: str, input: str | list[dict[str, Any]], *, stream: bool = True, tools: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    if isinstance(input, str):
+        input = [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": input}]}]
+    body: dict[str, Any] = {"model": model, "instructions": INSTRUCTIONS, "input": input, "stream": stream}
+    if tools:
+        body["tools"] = tools
+        body["tool_choice"] = "auto"
+        body["parallel_tool_calls"] = True
+    body["store"] = False
+    return body
 
 
 # -- situations ----------------------------------------------------------------------------------
@@ -151,6 +250,15 @@ def json_reply(name: str, method: str, path: str, request: dict[str, Any] | None
         writes=(json.dumps(obj).encode(),),
         framing="content-length",
     )
+
+
+RESPONSES_PATH = "/v1/responses"
+
+
+def responses_stream(name: str, request: dict[str, Any], events: list[dict[str, Any]]) -> Situation:
+    """A Responses SSE body, one `event:`/`data:` pair per HTTP chunk, numbered 0..n-1, no [DONE]."""
+    writes = tuple(responses_sse([event]) for event in number_events(events))
+    return Situation(name, "POST", RESPONSES_PATH, request, writes=writes)
 
 
 def situations() -> list[Situation]:
@@ -464,16 +572,331 @@ def situations() -> list[Situation]:
         )
     )
 
+    out += sentinel_chat_situations()
+    out += responses_situations()
+
     names = [s.name for s in out]
     assert len(names) == len(set(names)), "situation names must be unique"
+    return out
+
+
+def sentinel_chat_situations() -> list[Situation]:
+    """Chat Completions with Qwen / Hermes `<tool_call>` blocks leaked into `content`."""
+    out: list[Situation] = []
+    paris = {"name": "get_weather", "arguments": {"city": "Paris"}}
+
+    # Prose, a blank line, two blocks one after the other; every token its own event.
+    out.append(
+        stream(
+            "sentinel_chat_stream_text_then_two_calls",
+            chat_request(QWEN25, "What's the weather and the time in Paris?", tools=[GET_WEATHER, GET_TIME]),
+            content_chunks(
+                QWEN25,
+                "I'll check both.\n\n"
+                + tool_call_block(paris)
+                + "\n"
+                + tool_call_block({"name": "get_time", "arguments": {"timezone": "Europe/Paris"}}),
+                usage=usage(312, 58),
+            ),
+        )
+    )
+
+    # Seed 001's form: "arguments" is JSON text, not an object.
+    out.append(
+        stream(
+            "sentinel_chat_string_arguments",
+            chat_request(QWEN25, "Show me src/app/main.py.", tools=[READ_FILE, WRITE_FILE]),
+            content_chunks(
+                QWEN25,
+                "Let me open the file.\n"
+                + tool_call_block({"name": "read_file", "arguments": json.dumps({"path": "src/app/main.py"})}),
+                usage=usage(275, 37),
+            ),
+        )
+    )
+
+    # Writing an XML file whose text holds both tags: only the end tag outside strings counts.
+    xml = "<calls>\n  <tool_call>ls -la</tool_call>\n</calls>\n"
+    out.append(
+        stream(
+            "sentinel_chat_end_tag_inside_string",
+            chat_request(QWEN25, "Create templates/calls.xml with one sample call.", tools=[READ_FILE, WRITE_FILE]),
+            content_chunks(
+                QWEN25,
+                "I'll write the template.\n"
+                + tool_call_block({"name": "write_file", "arguments": {"path": "templates/calls.xml", "content": xml}}),
+                usage=usage(301, 52),
+            ),
+        )
+    )
+
+    # A tool the client never declared.
+    out.append(
+        stream(
+            "sentinel_chat_undeclared_tool_stays_text",
+            chat_request(QWEN25, "Remove the old feature branch.", tools=[BASH]),
+            content_chunks(
+                QWEN25,
+                "Cleaning up the old branch.\n"
+                + tool_call_block({"name": "delete_branch", "arguments": {"branch": "old-feature"}}),
+                usage=usage(198, 33),
+            ),
+        )
+    )
+
+    # No tools declared at all: nothing can be a call.
+    out.append(
+        stream(
+            "sentinel_chat_no_tools_declared",
+            chat_request(QWEN25, "How do you call a tool?"),
+            content_chunks(QWEN25, "A call looks like this:\n" + tool_call_block(paris), usage=usage(64, 35)),
+        )
+    )
+
+    # A strict tool whose arguments break its schema (celsius must be a number).
+    out.append(
+        stream(
+            "sentinel_chat_strict_schema_violation_stays_text",
+            chat_request(QWEN25, "Make the living room a bit warmer, 21 degrees.", tools=[SET_THERMOSTAT]),
+            content_chunks(
+                QWEN25,
+                "Setting it now.\n"
+                + tool_call_block({"name": "set_thermostat", "arguments": {"room": "living room", "celsius": "twenty-one"}}),
+                usage=usage(240, 36),
+            ),
+        )
+    )
+
+    # A non-strict tool, JSON with a trailing comma: repaired once.
+    out.append(
+        stream(
+            "sentinel_chat_non_strict_trailing_comma_repaired",
+            chat_request(QWEN25, "Weather in Rome?", tools=[GET_WEATHER]),
+            content_chunks(
+                QWEN25,
+                'Checking.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Rome",}}\n</tool_call>',
+                usage=usage(188, 27),
+            ),
+        )
+    )
+
+    # Two blocks, the request allows one call.
+    out.append(
+        stream(
+            "sentinel_chat_parallel_false",
+            chat_request(QWEN25, "Weather in Lyon and Nice?", tools=[GET_WEATHER], parallel_tool_calls=False),
+            content_chunks(
+                QWEN25,
+                "Checking both cities.\n"
+                + tool_call_block({"name": "get_weather", "arguments": {"city": "Lyon"}})
+                + "\n"
+                + tool_call_block({"name": "get_weather", "arguments": {"city": "Nice"}}),
+                usage=usage(205, 61),
+            ),
+        )
+    )
+
+    # The request forbids calls.
+    out.append(
+        stream(
+            "sentinel_chat_tool_choice_none",
+            chat_request(QWEN25, "What would you call to get the weather in Paris?", tools=[GET_WEATHER], tool_choice="none"),
+            content_chunks(QWEN25, "I would call:\n" + tool_call_block(paris), usage=usage(180, 31)),
+        )
+    )
+
+    # `stream: false`: Qwen3 behind vLLM's reasoning parser, the block in message.content.
+    out.append(
+        json_reply(
+            "sentinel_chat_non_streaming",
+            "POST",
+            "/v1/chat/completions",
+            chat_request(QWEN3, "Weather in Tokyo?", stream=False, tools=[GET_WEATHER, GET_TIME]),
+            {
+                "id": "chatcmpl-b41e07c2d95a4f3e",
+                "object": "chat.completion",
+                "created": 1772236120,
+                "model": QWEN3,
+                "choices": [
+                    {
+                        "index": 0,
+                        "message": {
+                            "role": "assistant",
+                            "content": "I'll look up the weather in Tokyo.\n"
+                            + tool_call_block({"name": "get_weather", "arguments": {"city": "Tokyo"}}),
+                            "reasoning_content": "The user wants the current weather in Tokyo. I should call get_weather.",
+                            "tool_calls": [],
+                        },
+                        "logprobs": None,
+                        "finish_reason": "stop",
+                        "stop_reason": None,
+                    }
+                ],
+                "usage": usage(356, 74),
+            },
+        )
+    )
+    return out
+
+
+def responses_situations() -> list[Situation]:
+    """The Responses API (`/v1/responses`): markup in message text and in reasoning text."""
+    out: list[Situation] = []
+    common = {"tools": R_TOOLS, "created_at": 1772237000}
+
+    # Message text, a block, more text.
+    text = (
+        "Let me check the weather in Berlin.\n"
+        + tool_call_block({"name": "get_weather", "arguments": {"city": "Berlin"}})
+        + "\nI will answer once I have it."
+    )
+    out.append(
+        responses_stream(
+            "responses_sentinel_stream_text_call_text",
+            responses_request(QWEN3, "What's the weather in Berlin?", tools=R_TOOLS),
+            responses_events(
+                QWEN3,
+                tokens(text),
+                msg_id="msg_8d0b5e3f1a2c4e6b",
+                resp_id="resp_3f9a2c7e41d84b60",
+                usage=usage_object(291, 64),
+                **common,
+            ),
+        )
+    )
+
+    # Reasoning, then a message holding nothing but a block (string arguments).
+    block = tool_call_block({"name": "get_time", "arguments": json.dumps({"timezone": "Asia/Tokyo"})})
+    out.append(
+        responses_stream(
+            "responses_sentinel_stream_call_only",
+            responses_request(QWEN3, "What time is it in Tokyo?", tools=R_TOOLS),
+            responses_events(
+                QWEN3,
+                tokens(block),
+                reasoning_pieces=["The user wants", " the local time", " in Tokyo."],
+                msg_id="msg_1c7e9a0b2d4f4a81",
+                rs_id="rs_6e2d8b0a9c1f4d37",
+                resp_id="resp_a07c5e91b3d24f68",
+                usage=usage_object(265, 48, reasoning_tokens=9),
+                **common,
+            ),
+        )
+    )
+
+    # Kimi-K2-Thinking: the section leaks into reasoning_text, then the message.
+    out.append(
+        responses_stream(
+            "responses_kimi_in_reasoning_stream",
+            responses_request(K2_THINKING, "What's the weather in Oslo?", tools=R_TOOLS),
+            responses_events(
+                K2_THINKING,
+                ["Let me check", " the weather in Oslo."],
+                reasoning_pieces=[
+                    "The user wants",
+                    " the weather in Oslo.",
+                    " I should call get_weather.",
+                    SECTION_BEGIN,
+                    CALL_BEGIN,
+                    "functions.get_weather:0",
+                    ARG_BEGIN,
+                    '{"city": ',
+                    '"Oslo"}',
+                    CALL_END,
+                    SECTION_END,
+                ],
+                msg_id="msg_5b3e1d9f7a0c4c22",
+                rs_id="rs_0f4a6c8e2b1d4e95",
+                resp_id="resp_7e1b3d5f9a2c4b08",
+                usage=usage_object(418, 71, reasoning_tokens=40),
+                **common,
+            ),
+        )
+    )
+
+    # No markup (a bare `<` in the text), tools declared: nothing to change.
+    out.append(
+        responses_stream(
+            "responses_plain_stream_unchanged",
+            responses_request(QWEN3, "How do I compare two numbers in Python?", tools=R_TOOLS),
+            responses_events(
+                QWEN3,
+                ["In Python,", " `a < b`", " is True when", " a is smaller."],
+                reasoning_pieces=["A simple", " comparison question."],
+                msg_id="msg_9a4c2e6b0d8f4f13",
+                rs_id="rs_2b8d0f4a6c1e4a59",
+                resp_id="resp_c52e9a1d7b3f4e86",
+                usage=usage_object(143, 29, reasoning_tokens=6),
+                **common,
+            ),
+        )
+    )
+
+    # `stream: false`: one Response whose message text holds a block.
+    out.append(
+        json_reply(
+            "responses_non_streaming",
+            "POST",
+            RESPONSES_PATH,
+            responses_request(QWEN3, "Weather in Madrid?", stream=False, tools=R_TOOLS),
+            response_json(
+                QWEN3,
+                "I'll check the weather in Madrid.\n"
+                + tool_call_block({"name": "get_weather", "arguments": {"city": "Madrid"}}),
+                reasoning="The user asks for the weather in Madrid.",
+                msg_id="msg_e3a1c5b7d9f04b2a",
+                rs_id="rs_4d6f8a0c2e1b4c73",
+                resp_id="resp_18b4d6f0a2c34e5d",
+                usage=usage_object(248, 57, reasoning_tokens=10),
+                **common,
+            ),
+        )
+    )
+
+    # The next turn: the request echoes the call and its output, the answer is plain text.
+    history = [
+        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "What's the weather in Paris?"}]},
+        {
+            "type": "function_call",
+            "id": "fc_4b7d2e9a0c1f4e38",
+            "call_id": "call_Xq3vT8mK2pLw9RzN5bYc7HdF",
+            "name": "get_weather",
+            "arguments": '{"city":"Paris"}',
+            "status": "completed",
+        },
+        {"type": "function_call_output", "call_id": "call_Xq3vT8mK2pLw9RzN5bYc7HdF", "output": '{"temp_c": 18, "sky": "cloudy"}'},
+    ]
+    out.append(
+        responses_stream(
+            "responses_follow_up_with_function_call_output",
+            responses_request(QWEN3, history, tools=R_TOOLS),
+            responses_events(
+                QWEN3,
+                ["It is", " 18 °C", " and cloudy", " in Paris."],
+                msg_id="msg_7f0d2b4e6a8c4d91",
+                resp_id="resp_9c2e4a6f8b0d4a17",
+                usage=usage_object(334, 14),
+                **common,
+            ),
+        )
+    )
     return out
 
 
 # -- recording -----------------------------------------------------------------------------------
 
 
-def record(situations: list[Situation], flows_dir: Path, log: Callable[[str], None] = print) -> list[Path]:
-    """Record every situation through a plain mitmdump; write one flow file per situation."""
+def record(
+    situations: list[Situation],
+    flows_dir: Path,
+    log: Callable[[str], None] = print,
+    known: set[str] | None = None,
+) -> list[Path]:
+    """Record `situations` through a plain mitmdump; write one flow file per situation.
+
+    Only their .flow files are (re)written. `known`: the names of every situation there is,
+    when `situations` are a selection of them (flows of the others are not stale).
+    """
     from mitmproxy import io as mio
 
     flows_dir.mkdir(parents=True, exist_ok=True)
@@ -526,7 +949,8 @@ def record(situations: list[Situation], flows_dir: Path, log: Callable[[str], No
             written.append(path)
             log(f"wrote {path.relative_to(PROJECT_ROOT)}")
 
-    for stale in sorted(set(flows_dir.glob("*.flow")) - set(written)):
+    names = {s.name for s in situations} | (known or set())
+    for stale in sorted(p for p in flows_dir.glob("*.flow") if p.name.removesuffix(".flow") not in names):
         log(f"note: {stale.relative_to(PROJECT_ROOT)} belongs to no situation here")
     for path in written:
         expected = path.with_name(path.name.removesuffix(".flow") + ".expected.json")
@@ -535,8 +959,39 @@ def record(situations: list[Situation], flows_dir: Path, log: Callable[[str], No
     return written
 
 
-def main() -> int:
-    record(situations(), FLOWS_DIR)
+def select(every: list[Situation], only: list[str] | None, missing: bool, flows_dir: Path) -> list[Situation]:
+    """The situations to record: the named ones, those without a .flow, or all of them."""
+    if only:
+        by_name = {s.name: s for s in every}
+        unknown = [name for name in only if name not in by_name]
+        if unknown:
+            raise SystemExit(f"unknown situations: {', '.join(unknown)} (see --list)")
+        wanted = set(only)
+        return [s for s in every if s.name in wanted]  # in definition order
+    if missing:
+        return [s for s in every if not (flows_dir / f"{s.name}.flow").exists()]
+    return every
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Record the flows/ fixtures through a plain mitmdump.")
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--only", nargs="+", metavar="NAME", help="record only these situations")
+    group.add_argument("--missing", action="store_true", help="record the situations without a .flow file")
+    group.add_argument("--list", action="store_true", help="list the situations (* = no .flow yet) and exit")
+    args = parser.parse_args(argv)
+
+    every = situations()
+    if args.list:
+        for s in every:
+            mark = " " if (FLOWS_DIR / f"{s.name}.flow").exists() else "*"
+            print(f"{mark} {s.name}  ({s.method} {s.path})")
+        return 0
+    chosen = select(every, args.only, args.missing, FLOWS_DIR)
+    if not chosen:
+        print("nothing to record")
+        return 0
+    record(chosen, FLOWS_DIR, known={s.name for s in every})
     return 0
 
 

@@ -346,3 +346,53 @@ def test_an_end_tag_inside_a_json_string_does_not_close_the_block_at_any_split()
         result = check_chat_stream(b"".join(rewriter.feed(body[:cut]) + rewriter.feed(body[cut:]) + rewriter.close()))
         assert [(c["name"], json.loads(c["arguments"])) for c in result["tool_calls"]] == [("get_weather", {"city": "a</tool_call>b"})], cut
         assert result["content"] == " after" and result["finish_reason"] == "tool_calls"
+
+
+# -- upstream's own calls -----------------------------------------------------------------------
+
+
+def chat_stream_with_upstream_call_then(text: str) -> bytes:
+    native = {"index": 0, "id": "call_up", "type": "function", "function": {"name": "get_time", "arguments": "{}"}}
+    base = {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m"}
+    return sse_body([
+        {**base, "choices": [{"index": 0, "delta": {"tool_calls": [native]}, "finish_reason": None}]},
+        {**base, "choices": [{"index": 0, "delta": {"content": text}, "finish_reason": None}]},
+        {**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]},
+    ])
+
+
+def chat_context(**request) -> RequestContext:
+    chat_tools = [{"type": "function", "function": {k: v for k, v in t.items() if k != "type"}} for t in TOOLS]
+    return RequestContext.from_body(json.dumps({"model": "m", "messages": [], "tools": chat_tools, **request}).encode())
+
+
+def test_a_call_after_an_upstream_call_takes_the_next_index():
+    rewriter = ChatStreamRewriter(chat_context())
+    result = check_chat_stream(b"".join(rewriter.feed(chat_stream_with_upstream_call_then(CALL_PARIS)) + rewriter.close()))
+    assert [(c["id"], c["name"]) for c in result["tool_calls"]][0] == ("call_up", "get_time")
+    assert [c["name"] for c in result["tool_calls"]] == ["get_time", "get_weather"]
+
+
+def test_parallel_false_counts_upstream_calls_too():
+    rewriter = ChatStreamRewriter(chat_context(parallel_tool_calls=False))
+    result = check_chat_stream(b"".join(rewriter.feed(chat_stream_with_upstream_call_then(CALL_PARIS)) + rewriter.close()))
+    assert [c["name"] for c in result["tool_calls"]] == ["get_time"]
+    assert result["content"] == CALL_PARIS
+
+    events = responses_events("m", [CALL_PARIS], tools=TOOLS)
+    native = {"id": "fc_up", "type": "function_call", "call_id": "call_up", "name": "get_time", "arguments": "{}", "status": "completed"}
+    completed = events.pop()
+    first_item = next(i for i, e in enumerate(events) if e["type"] == "response.output_item.added")
+    events[first_item:first_item] = [
+        {"type": "response.output_item.added", "output_index": 0, "item": {**native, "arguments": "", "status": "in_progress"}},
+        {"type": "response.function_call_arguments.delta", "item_id": "fc_up", "output_index": 0, "delta": "{}"},
+        {"type": "response.function_call_arguments.done", "item_id": "fc_up", "output_index": 0, "name": "get_time", "arguments": "{}"},
+        {"type": "response.output_item.done", "output_index": 0, "item": native},
+    ]
+    for e in events[first_item + 4 :]:
+        if "output_index" in e:
+            e["output_index"] = 1
+    completed["response"]["output"].insert(0, native)
+    result = check_responses_stream(rewrite(responses_sse([*events, completed]), ctx=context(parallel_tool_calls=False)))
+    assert [c["call_id"] for c in result["calls"]] == ["call_up"]
+    assert result["text"] == CALL_PARIS

@@ -2,19 +2,39 @@
 
 Each `flows/<situation>.flow` holds one flow recorded by `tests/record_flows.py` through a
 mitmdump without toolshim, so its response is the upstream's raw body. Beside it,
-`flows/<situation>.expected.json` says, written by hand, what toolshim must make of it:
+`flows/<situation>.expected.json` says, written by hand, what toolshim must make of it.
+
+Chat Completions flows (and anything else that is not a Responses call):
 
     {"content", "reasoning", "reasoning_content", "tool_calls": [{"id", "name", "arguments"}],
      "finish_reason", "usage"}   the accumulated stream (tests/wire.py) or the JSON message
+
+Responses API flows (the request path ends in /responses):
+
+    {"text", "reasoning", "items": ["message" | "reasoning" | "function_call", ...],
+     "calls": [{"name", "arguments", "call_id"?, "id"?}], "status", "usage"}
+
+    from `check_responses_stream` (every wire rule checked) for a stream, or from the JSON
+    body's `output` for a buffered answer: "text" joins the output_text parts of every message
+    item, "reasoning" the reasoning_text parts of every reasoning item, "items" lists the item
+    types in order, "calls" the function_call items (only the keys given are compared; "name"
+    and "arguments" are required), "status" and "usage" are the response's.
+
+Either API:
+
     {"unchanged": true}          the response body stays byte for byte what was recorded
 
-(both may appear together; "note" is a free-text description). All flows go through one
-`mitmdump -nr ... -s addon/toolshim.py` run, since every mitmdump start costs about a second.
+(it may appear together with a result; "note" is a free-text description). Minted ids are
+random: an expected Chat `tool_calls[].id` or Responses `call_id` / `id` given as "re:PATTERN"
+must match PATTERN whole (`re.fullmatch`), e.g. "re:call_[A-Za-z0-9]{24}"; any other value is
+compared as it is. All flows go through one `mitmdump -nr ... -s addon/toolshim.py` run, since
+every mitmdump start costs about a second.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,13 +42,15 @@ from typing import Any
 import pytest
 
 from harness import PROJECT_ROOT, read_flows, run_offline
-from wire import check_chat_stream
+from wire import check_chat_stream, check_responses_stream
 
 FLOWS_DIR = PROJECT_ROOT / "flows"
 FLOW_FILES = sorted(FLOWS_DIR.glob("*.flow"))
 RESULT_KEYS = ("content", "reasoning", "reasoning_content", "tool_calls", "finish_reason", "usage")
-KNOWN_KEYS = {*RESULT_KEYS, "unchanged", "note"}
+RESPONSES_KEYS = ("text", "reasoning", "items", "calls", "status", "usage")
+COMMON_KEYS = {"unchanged", "note"}
 METADATA_KEY = "toolshim"
+PATTERN_PREFIX = "re:"
 
 
 def situation(path: Path) -> str:
@@ -140,9 +162,97 @@ def result_of(response: Any) -> dict[str, Any]:
     return stream_result(response) if is_event_stream(response) else json_result(response)
 
 
+# -- the Responses API -------------------------------------------------------------------------------
+
+
+def is_responses(flow: Any) -> bool:
+    return flow.request.path.split("?")[0].rstrip("/").endswith("/responses")
+
+
+def result_keys(flow: Any) -> tuple[str, ...]:
+    return RESPONSES_KEYS if is_responses(flow) else RESULT_KEYS
+
+
+CALL_KEYS = ("name", "arguments", "call_id", "id")
+
+
+def responses_stream_result(response: Any) -> dict[str, Any]:
+    result = check_responses_stream(response.content)
+    return {key: result[key] for key in RESPONSES_KEYS}
+
+
+def responses_json_result(response: Any) -> dict[str, Any]:
+    """The same reading of a buffered Responses body, from its `output`."""
+    from openai.types.responses import Response
+
+    body = json.loads(response.content)
+    assert body.get("object") == "response", body
+    Response.model_validate(body)  # what openai-python builds from it
+    text = reasoning = ""
+    calls = []
+    for item in body["output"]:
+        if item["type"] == "message":
+            text += "".join(part["text"] for part in item["content"] if part["type"] == "output_text")
+        elif item["type"] == "reasoning":
+            reasoning += "".join(part["text"] for part in item.get("content") or [])
+        elif item["type"] == "function_call":
+            calls.append({key: item[key] for key in CALL_KEYS})
+    ids = [item["id"] for item in body["output"] if "id" in item]
+    assert len(ids) == len(set(ids)), f"duplicate item ids: {ids}"
+    call_ids = [call["call_id"] for call in calls]
+    assert len(call_ids) == len(set(call_ids)), f"duplicate call_ids: {call_ids}"
+    return {
+        "text": text,
+        "reasoning": reasoning,
+        "items": [item["type"] for item in body["output"]],
+        "calls": calls,
+        "status": body.get("status"),
+        "usage": body.get("usage"),
+    }
+
+
+def responses_result_of(response: Any) -> dict[str, Any]:
+    return responses_stream_result(response) if is_event_stream(response) else responses_json_result(response)
+
+
+# -- expected ids as patterns ------------------------------------------------------------------------
+
+
+def same_or_matching(expected: Any, actual: Any) -> Any:
+    """`expected` when it is a "re:" pattern that `actual` matches whole, else `actual`.
+
+    The actual result takes the pattern's place only where it matches, so a comparison of the
+    whole result shows every other difference, and a failed match shows the actual id.
+    """
+    if isinstance(expected, str) and expected.startswith(PATTERN_PREFIX) and isinstance(actual, str):
+        if re.fullmatch(expected[len(PATTERN_PREFIX) :], actual):
+            return expected
+    return actual
+
+
+def with_patterns(calls: list[dict[str, Any]], expected: list[Any], keys: tuple[str, ...]) -> list[dict[str, Any]]:
+    """`calls` with the ids in `keys` replaced by the expected pattern they match, by position."""
+    out = []
+    for n, call in enumerate(calls):
+        wanted = expected[n] if n < len(expected) and isinstance(expected[n], dict) else {}
+        out.append({key: same_or_matching(wanted.get(key), value) if key in keys else value for key, value in call.items()})
+    return out
+
+
 def response_state(flow: Any) -> tuple[Any, ...]:
     response = flow.response
     return (response.status_code, tuple(response.headers.fields), response.raw_content)
+
+
+def comparable_calls(calls: list[dict[str, Any]], expected: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Responses calls cut down to the keys each expected call gives, ids matched to patterns."""
+    for call in expected:
+        assert {"name", "arguments"} <= set(call) <= set(CALL_KEYS), f"a call needs name and arguments, may have {CALL_KEYS}: {call}"
+    shown = [
+        {key: value for key, value in call.items() if key in (expected[n] if n < len(expected) else CALL_KEYS)}
+        for n, call in enumerate(calls)
+    ]
+    return with_patterns(shown, expected, ("call_id", "id"))
 
 
 # -- tests -------------------------------------------------------------------------------------------
@@ -160,12 +270,14 @@ def test_the_fixture_set_is_complete() -> None:
 def test_flow_is_rewritten_as_expected(path: Path, replay: Replay) -> None:
     name = situation(path)
     expected = json.loads(expected_path(path).read_text(encoding="utf-8"))
-    assert set(expected) <= KNOWN_KEYS, f"unknown keys in {expected_path(path).name}: {set(expected) - KNOWN_KEYS}"
+    original, out = replay.originals[name], replay.first[name]
+    keys = result_keys(original)
+    known = {*keys, *COMMON_KEYS}
+    assert set(expected) <= known, f"unknown keys in {expected_path(path).name}: {set(expected) - known}"
     assert expected.get("unchanged", True) is True, '"unchanged" may only be true: give the result instead'
-    assert "unchanged" in expected or set(RESULT_KEYS) & set(expected), f"{expected_path(path).name} expects nothing"
+    assert "unchanged" in expected or set(keys) & set(expected), f"{expected_path(path).name} expects nothing"
     assert all(run.returncode == 0 for run in replay.runs)
 
-    original, out = replay.originals[name], replay.first[name]
     assert out is not None, f"{name}: the flow is missing from mitmdump's output"
     assert out.response is not None and original.response is not None
     assert out.request.content == original.request.content
@@ -175,13 +287,18 @@ def test_flow_is_rewritten_as_expected(path: Path, replay: Replay) -> None:
         assert out.response.raw_content == original.response.raw_content
         assert METADATA_KEY not in out.metadata
 
-    if any(key in expected for key in RESULT_KEYS):
-        missing = [key for key in RESULT_KEYS if key not in expected]
+    if any(key in expected for key in keys):
+        missing = [key for key in keys if key not in expected]
         assert not missing, f"{expected_path(path).name} lacks {missing}"
-        actual = result_of(out.response)
-        if "done" in actual:  # a stream keeps its [DONE] exactly when upstream sent one
-            assert actual.pop("done") == stream_result(original.response)["done"]
-        assert actual == {key: expected[key] for key in RESULT_KEYS}
+        if is_responses(original):
+            actual = responses_result_of(out.response)
+            actual["calls"] = comparable_calls(actual["calls"], expected["calls"])
+        else:
+            actual = result_of(out.response)
+            if "done" in actual:  # a stream keeps its [DONE] exactly when upstream sent one
+                assert actual.pop("done") == stream_result(original.response)["done"]
+            actual["tool_calls"] = with_patterns(actual["tool_calls"], expected["tool_calls"], ("id",))
+        assert actual == {key: expected[key] for key in keys}
         if not expected.get("unchanged"):
             assert METADATA_KEY in out.metadata, "a rewritten flow is annotated"
 

@@ -80,6 +80,10 @@ class CallScope:
         self.stats.names.extend(names)
         return True
 
+    def note_upstream_call(self) -> None:
+        """Upstream made a call of its own: with parallel_tool_calls false, none of ours follows."""
+        self._made += 1
+
     def mint_call_id(self) -> str:
         """`call_` and 24 random alphanumerics, unique within the scope (seed 003)."""
         while True:

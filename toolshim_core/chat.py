@@ -9,6 +9,7 @@ metadata (`id`, `model`, `created`, ...) and the usage chunk are kept; no empty 
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import orjson
@@ -23,6 +24,8 @@ from .tools import RequestContext
 CONTENT = "content"
 REASONING_KEYS = ("reasoning_content", "reasoning")  # SGLang/Moonshot, vLLM/OpenRouter
 TEXT_KEYS = (*REASONING_KEYS, CONTENT)
+# Upstream's own tool calls in a chunk: they take call indices, so the chunk must be read.
+_UPSTREAM_CALLS = re.compile(rb'"tool_calls"\s*:\s*\[\s*\{')
 
 
 # A part of a choice's output, in order: ("text", keys, text) | ("call", index, id, name)
@@ -34,7 +37,8 @@ class ChoiceRewriter:
     """The text channels of one choice: their lexers, call indices and reasoning switch."""
 
     def __init__(self, context: RequestContext, stats: RewriteStats, *, max_held: int) -> None:
-        self._dialects = ScopeLexers(CallScope(context, stats), max_held=max_held)
+        self._scope = CallScope(context, stats)
+        self._dialects = ScopeLexers(self._scope, max_held=max_held)
         self._lexers: dict[tuple[str, ...], Lexer] = {}
         self._reasoning_over: set[tuple[str, ...]] = set()  # channels whose `</think>` leaked
         self._native_index: dict[Any, int] = {}
@@ -60,6 +64,7 @@ class ChoiceRewriter:
         if upstream_index not in self._native_index:
             self._native_index[upstream_index] = self.next_index
             self.next_index += 1
+            self._scope.note_upstream_call()
         return self._native_index[upstream_index]
 
     @property
@@ -146,7 +151,7 @@ class ChatStreamRewriter(SseRewriter):
 
     def _on_block(self, raw: bytes) -> list[bytes]:
         quiet = not self.stats.calls and self._all_idle()
-        if quiet and b"<" not in raw and b"\\u003" not in raw:
+        if quiet and b"<" not in raw and b"\\u003" not in raw and not _UPSTREAM_CALLS.search(raw):
             return [raw]  # fast path: no marker can start here and nothing is held
         event = parse_block(raw)
         if event.data is None or event.malformed:

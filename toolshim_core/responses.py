@@ -195,6 +195,8 @@ class ResponsesRewriter:
         if type(upstream_index) is int:
             self._index_map[upstream_index] = self._next_index
             self._next_index += 1
+        if item.get("type") == FUNCTION_CALL:
+            self._dialects.scope.note_upstream_call()
         out.append(self._retarget(incoming))
 
     def _on_item_done(self, incoming: Outgoing, out: list[Outgoing]) -> None:
