@@ -396,3 +396,12 @@ def test_parallel_false_counts_upstream_calls_too():
     result = check_responses_stream(rewrite(responses_sse([*events, completed]), ctx=context(parallel_tool_calls=False)))
     assert [c["call_id"] for c in result["calls"]] == ["call_up"]
     assert result["text"] == CALL_PARIS
+
+
+def test_a_reasoning_item_announced_without_content_passes_byte_for_byte():
+    events = responses_events("m", ["Hi."], reasoning_pieces=["Hmm."], tools=TOOLS)
+    for e in events:
+        if e["type"] == "response.output_item.added" and e["item"]["type"] == "reasoning":
+            e["item"].pop("content", None)
+    body = responses_sse(events)
+    assert rewrite(body) == body

@@ -249,7 +249,8 @@ class ResponsesRewriter:
         self._next_index += 1
         if piece.id == source.id:  # upstream's own announcement, renumbered
             added = source.added.event
-            event = {**added, "output_index": piece.index, "item": {**added["item"], "content": []}}
+            item = {**added["item"], "content": []} if added["item"].get("content") else added["item"]
+            event = {**added, "output_index": piece.index, "item": item}
             out.append(self._same_or_new(source.added, event))
         else:
             item = {**piece.base, "id": piece.id, "status": "in_progress", "content": []}
