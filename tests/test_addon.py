@@ -121,3 +121,49 @@ def test_live_flow_written_with_w_holds_the_repaired_body(upstream, tmp_path):
     assert flow.response.raw_content == response.content
     assert flow.metadata["toolshim"]["upstream"] == BODY
     assert [c["id"] for c in check_chat_stream(flow.response.raw_content)["tool_calls"]] == ["functions.bash:15", "functions.read_file:16"]
+
+
+STRICT_TOOL = {"type": "function", "function": {"name": "set_temp", "strict": True,
+               "parameters": {"type": "object", "properties": {"celsius": {"type": "number"}}, "required": ["celsius"], "additionalProperties": False}}}
+
+
+def json_flow(path, request: dict, response: dict):
+    import json
+
+    flow = tflow.tflow(req=tutils.treq(method=b"POST", path=path.encode(), content=json.dumps(request).encode()),
+                       resp=tutils.tresp(content=json.dumps(response).encode()))
+    flow.response.headers["content-type"] = "application/json"
+    return flow
+
+
+def test_a_strict_failure_in_a_buffered_body_leaves_it_unchanged_and_is_logged(caplog):
+    from harness import chat_completion
+
+    block = '<tool_call>{"name": "set_temp", "arguments": {"celsius": "warm"}}</tool_call>'
+    flow = json_flow("/v1/chat/completions", {"model": "m", "messages": [], "tools": [STRICT_TOOL]}, chat_completion("m", content=block))
+    before = flow.response.raw_content
+    addon = ToolShim()
+    with taddons.context(addon), caplog.at_level(logging.INFO):
+        addon.requestheaders(flow)
+        addon.request(flow)
+        addon.responseheaders(flow)
+        addon.response(flow)
+    assert flow.response.raw_content == before
+    assert any("strict_failure: set_temp" in r.getMessage() for r in caplog.records)
+
+
+def test_responses_paths_are_rewritten_and_required_action_is_an_option():
+    from responses import responses_events, responses_sse
+
+    tools = [{"type": "function", "name": "set_temp", "parameters": {"type": "object"}}]
+    body = responses_sse(responses_events("m", ['<tool_call>{"name": "set_temp", "arguments": {"celsius": 21}}</tool_call>'], tools=tools))
+    for required_action in (False, True):
+        addon = ToolShim()
+        with taddons.context(addon) as tctx:
+            tctx.configure(addon, toolshim_required_action=required_action)
+            flow = chat_flow(path="/v1/responses")
+            flow.request.content = b'{"model": "m", "input": "hi", "tools": [{"type": "function", "name": "set_temp"}]}'
+            out = run_stream(addon, flow, [body[:200], body[200:]])
+        assert (b"response.required_action" in out) == required_action
+        assert b'"type":"function_call"' in out and b"<tool_call>" not in out
+        assert flow.metadata["toolshim"]["names"] == ["set_temp"]

@@ -293,21 +293,27 @@ class ToolShim:
             if not isinstance(parsed, dict):
                 return
             rewrite_body = rewrite_response_body if state.api == RESPONSES else rewrite_chat_completion
-            stats = rewrite_body(parsed, state.context, max_held=ctx.options.toolshim_max_held)
-            changed = stats is not None
+            stats = RewriteStats()
+            changed = rewrite_body(parsed, state.context, max_held=ctx.options.toolshim_max_held, stats=stats) is not None
             new_body = orjson.dumps(parsed) if changed else body
         else:
             return
         if changed:
             response.content = new_body  # re-encodes to the flow's content-encoding
             self._annotate(flow, stats, body if ctx.options.toolshim_keep_upstream else None, failed=False)
+        else:
+            self._log_notes(flow, stats)  # markup that stayed text (a strict failure, say)
+
+    @staticmethod
+    def _log_notes(flow: http.HTTPFlow, stats: RewriteStats) -> None:
+        for note in stats.notes:
+            log.info("toolshim: %s: %s", flow.request.pretty_url, note)
 
     def _annotate(self, flow: http.HTTPFlow, stats: RewriteStats | None, upstream: bytes | None, failed: bool) -> None:
         info: dict = {"calls": stats.calls if stats else 0, "names": list(stats.names) if stats else []}
         if stats is not None and stats.problems:
             info["problems"] = dict(stats.problems)
-            for note in stats.notes:
-                log.info("toolshim: %s: %s", flow.request.pretty_url, note)
+            self._log_notes(flow, stats)
         if failed:
             info["failed"] = True
         if upstream is not None:

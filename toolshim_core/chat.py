@@ -274,12 +274,15 @@ class ChatStreamRewriter(SseRewriter):
         return out
 
 
-def rewrite_chat_completion(body: dict[str, Any], context: RequestContext, *, max_held: int = 1 << 20) -> RewriteStats | None:
-    """Rewrite a non-streaming `chat.completion` body in place; None when nothing changed."""
+def rewrite_chat_completion(
+    body: dict[str, Any], context: RequestContext, *, max_held: int = 1 << 20, stats: RewriteStats | None = None
+) -> RewriteStats | None:
+    """Rewrite a non-streaming `chat.completion` body in place; None when nothing changed.
+    `stats`, when given, records what was found even if nothing changed (a strict failure)."""
     choices = body.get("choices")
     if not isinstance(choices, list):
         return None
-    stats = RewriteStats()
+    stats = stats if stats is not None else RewriteStats()
     changed = False
     for choice in choices:
         if not isinstance(choice, dict) or not isinstance(choice.get("message"), dict):

@@ -629,12 +629,15 @@ def item_as_events(item: dict[str, Any], index: int) -> list[dict[str, Any]]:
     return events
 
 
-def rewrite_response_body(body: dict[str, Any], context: RequestContext, *, max_held: int = 1 << 20) -> RewriteStats | None:
-    """Rewrite a non-streaming Responses body in place; None when nothing changed."""
+def rewrite_response_body(
+    body: dict[str, Any], context: RequestContext, *, max_held: int = 1 << 20, stats: RewriteStats | None = None
+) -> RewriteStats | None:
+    """Rewrite a non-streaming Responses body in place; None when nothing changed.
+    `stats`, when given, records what was found even if nothing changed (a strict failure)."""
     output = body.get("output")
     if body.get("object") != "response" or not isinstance(output, list):
         return None
-    stats = RewriteStats()
+    stats = stats if stats is not None else RewriteStats()
     dialects = ScopeLexers(CallScope(context, stats), max_held=max_held)
     rewritten = rewrite_output_items(output, dialects)
     if rewritten == output:
