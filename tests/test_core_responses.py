@@ -405,3 +405,65 @@ def test_a_reasoning_item_announced_without_content_passes_byte_for_byte():
             e["item"].pop("content", None)
     body = responses_sse(events)
     assert rewrite(body) == body
+
+
+# -- shapes real upstreams send (found in review) -----------------------------------------------
+
+
+def test_completed_output_with_fresh_ids_lists_the_streamed_items_once():
+    """vLLM rebuilds response.completed with new msg_/rs_ ids."""
+    for pieces in (["Hello", " there"], ["Let me check.", CALL_PARIS]):
+        events = responses_events("m", pieces, tools=TOOLS)
+        events[-1]["response"]["output"][0]["id"] = "msg_fresh"
+        body = responses_sse(events)
+        out = rewrite(body)
+        if "<" not in "".join(pieces):
+            assert out == body  # nothing to repair: the terminal event too stays as it came
+        else:
+            result = check_responses_stream(out)
+            completed = events_of(out)[-1]["response"]["output"]
+            assert [i["type"] for i in completed] == result["items"] == ["message", "function_call"]
+            assert completed[1]["call_id"] == result["calls"][0]["call_id"]
+
+
+def test_vllm_reasoning_part_events_pass_byte_for_byte_and_work_with_markup():
+    for reasoning in (["think ", "more"], ["think ", CALL_UTC, " more"]):
+        events = responses_events("m", ["Hi"], reasoning_pieces=reasoning, tools=TOOLS)
+        for e in events:
+            if e["type"].startswith("response.content_part") and e["item_id"] == "rs_test":
+                e["type"] = e["type"].replace("content_part", "reasoning_part")
+        body = responses_sse(events)
+        out = rewrite(body)
+        if "<" not in "".join(reasoning):
+            assert out == body
+        else:
+            types = [e["type"] for e in events_of(out)]
+            assert types.count("response.reasoning_part.added") == types.count("response.reasoning_part.done") == 2
+            assert [e["item"]["type"] for e in events_of(out) if e["type"] == "response.output_item.done"] == [
+                "reasoning", "function_call", "reasoning", "message"]
+
+
+def test_empty_deltas_pass_as_they_came():
+    body = stream(["Hel", "", "lo"], reasoning_pieces=["a", "", "b"])
+    assert rewrite(body) == body
+
+
+def test_a_call_cut_off_by_an_incomplete_response_is_not_completed():
+    kimi = f"{SECTION_BEGIN}{CALL_BEGIN}functions.get_weather:0{ARG_BEGIN}" + '{"city": "Pa'
+    events = responses_events("m", ["Hi ", kimi], tools=TOOLS)
+    for e in events:
+        if e["type"] == "response.output_item.done":
+            e["item"]["status"] = "incomplete"
+        if e["type"] == "response.completed":
+            e["type"] = "response.incomplete"
+            e["response"]["status"] = "incomplete"
+    out = events_of(rewrite(responses_sse(events)))
+    (call,) = [e["item"] for e in out if e["type"] == "response.output_item.done" and e["item"]["type"] == "function_call"]
+    assert call["status"] == "incomplete" and call["arguments"] == '{"city": "Pa'
+    assert out[-1]["response"]["output"][-1]["status"] == "incomplete"
+
+
+def test_tool_choice_none_leaves_kimi_markup_exactly_as_sent():
+    kimi = f"A {SECTION_BEGIN}{CALL_BEGIN}functions.get_weather:0{ARG_BEGIN}" + '{"city": "Oslo"}' + f"{CALL_END}{SECTION_END} Z"
+    body = stream([kimi[:20], kimi[20:]])
+    assert rewrite(body, ctx=context(tool_choice="none")) == body

@@ -45,8 +45,9 @@ TERMINAL_EVENTS = ("response.completed", "response.incomplete", "response.failed
 TEXT_DELTA = {MESSAGE: "response.output_text.delta", REASONING: "response.reasoning_text.delta"}
 TEXT_DONE = {MESSAGE: "response.output_text.done", REASONING: "response.reasoning_text.done"}
 PART_TYPE = {MESSAGE: "output_text", REASONING: "reasoning_text"}
-_TEXT_DELTAS = {v: k for k, v in TEXT_DELTA.items()}
-_TEXT_DONES = {v: k for k, v in TEXT_DONE.items()}
+# vLLM announces the parts of reasoning items with events of its own name (vllm#35184).
+PART_ADDED = ("response.content_part.added", "response.reasoning_part.added")
+PART_DONE = ("response.content_part.done", "response.reasoning_part.done")
 
 
 def default_part(kind: str) -> dict[str, Any]:
@@ -76,6 +77,7 @@ class PieceItem:
     parts: dict[int, dict[str, Any]] = field(default_factory=dict)  # upstream content_index -> part
     text_open: set[int] = field(default_factory=set)  # parts whose text is not done yet
     part_open: set[int] = field(default_factory=set)  # parts not done yet
+    part_events: dict[int, str] = field(default_factory=dict)  # the part events' name, as upstream
 
     @property
     def announced(self) -> bool:
@@ -103,6 +105,7 @@ class SourceItem:
     content_piece: PieceItem | None = None  # reasoning that went on as content after </think>
     pieces: int = 0
     produced: list[dict[str, Any]] = field(default_factory=list)  # our done items, in order
+    unended: list[OpenCall] = field(default_factory=list)  # calls cut by their text's end
 
 
 @dataclass(slots=True)
@@ -139,6 +142,8 @@ class ResponsesRewriter:
         # The function_call items being streamed, by the channel (item id, content_index) whose
         # lexer opened them: two channels may each be inside a call at the same time.
         self._calls: dict[tuple[str, int], OpenCall] = {}
+        # The status a call gets when its end is its text's end; None: its item's, once known.
+        self._closing_status: str | None = "completed"
         self._terminal_seen = False
 
     # -- events ----------------------------------------------------------------------------------
@@ -158,13 +163,13 @@ class ResponsesRewriter:
             self._on_item_done(incoming, out)
         elif (source := self._source_of(event)) is None:
             out.append(self._retarget(incoming))
-        elif kind == "response.content_part.added":
+        elif kind in PART_ADDED:
             self._on_part_added(source, incoming, out)
         elif kind == TEXT_DELTA[source.kind] and isinstance(event.get("delta"), str):
             self._on_text_delta(source, incoming, out)
         elif kind == TEXT_DONE[source.kind]:
             self._on_text_done(source, incoming, out)
-        elif kind == "response.content_part.done":
+        elif kind in PART_DONE:
             self._on_part_done(source, incoming, out)
         else:
             out.append(self._retarget(incoming))  # summaries, refusals, annotations
@@ -174,7 +179,7 @@ class ResponsesRewriter:
         """The body ended without a terminal event: release what the lexers hold."""
         out: list[Outgoing] = []
         if not self._terminal_seen:
-            self._finish_lexers(out)
+            self._finish_lexers(out, status="incomplete")
         return [self._numbered(o) for o in out]
 
     def done_items(self) -> list[dict[str, Any]]:
@@ -211,7 +216,8 @@ class ResponsesRewriter:
                 self._passed_done[upstream_item["id"]] = upstream_item
             out.append(self._retarget(incoming))
             return
-        self._finish_lexers(out, source)
+        status = upstream_item.get("status") if isinstance(upstream_item.get("status"), str) else "completed"
+        self._finish_lexers(out, source, status)
         piece = source.piece
         if not source.altered and piece is not None and piece.announced and source.content_piece is None:
             # Never cut, text as it came: upstream's own item is the truth.
@@ -219,7 +225,6 @@ class ResponsesRewriter:
             self._done_items.append((piece.index, upstream_item))
             source.produced.append(upstream_item)
         else:
-            status = upstream_item.get("status") if isinstance(upstream_item.get("status"), str) else "completed"
             content = upstream_item.get("content") if isinstance(upstream_item.get("content"), list) else []
             for piece in (source.piece, source.content_piece):
                 if piece is None:
@@ -300,6 +305,9 @@ class ResponsesRewriter:
             return
         segments = self._lexer(source, content_index).feed(delta)
         piece = source.piece
+        if not delta and not segments and piece is not None and content_index in piece.text_open:
+            out.append(self._retarget(incoming))  # an empty delta (servers send them): as it came
+            return
         if (
             len(segments) == 1
             and type(segments[0]) is Text
@@ -313,7 +321,7 @@ class ResponsesRewriter:
             changes = {"output_index": piece.index, "item_id": piece.id, "content_index": piece.content_index(content_index)}
             out.append(self._same_or_new(incoming, {**event, **changes}))
             return
-        if segments != [Text(delta)]:
+        if segments != [Text(delta)] and delta:
             source.altered = True
         self._place(source, content_index, segments, out, incoming)
 
@@ -350,18 +358,26 @@ class ResponsesRewriter:
             lexer = source.lexers[content_index] = self._dialects.new_lexer(reasoning=source.kind == REASONING)
         return lexer
 
-    def _finish_lexer(self, source: SourceItem, content_index: Any, out: list[Outgoing]) -> None:
+    def _finish_lexer(self, source: SourceItem, content_index: Any, out: list[Outgoing], status: str | None = None) -> None:
+        """The part's text is over: what its lexer held is released; a call still open is
+        closed with `status` ("incomplete" when upstream was cut off), or, when the status is
+        not known yet (the part ended, its item not yet), at the item's end with the item's."""
         lexer = source.lexers.pop(content_index, None)
         if lexer is not None:
             segments = lexer.finish()
             if segments:
                 source.altered = True
+                self._closing_status = status
                 self._place(source, content_index, segments, out, None)
+                self._closing_status = "completed"
 
-    def _finish_lexers(self, out: list[Outgoing], only: SourceItem | None = None) -> None:
+    def _finish_lexers(self, out: list[Outgoing], only: SourceItem | None = None, status: str = "completed") -> None:
         for source in [only] if only is not None else list(self._sources.values()):
             for content_index in list(source.lexers):
-                self._finish_lexer(source, content_index, out)
+                self._finish_lexer(source, content_index, out, status)
+            for call in source.unended:
+                self._end_call(call, out, status)
+            source.unended.clear()
 
     def _place(self, source: SourceItem, content_index: int, segments: list[Segment], out: list[Outgoing], incoming: Outgoing | None) -> None:
         """Segments of one part's text, from the delta `incoming` (None: from the lexer's end)."""
@@ -424,12 +440,13 @@ class ResponsesRewriter:
         if reads_text:
             piece.text_open.add(key)
         event = {
-            "type": "response.content_part.added",
+            "type": upstream.event["type"] if upstream is not None else "response.content_part.added",
             "item_id": piece.id,
             "output_index": piece.index,
             "content_index": piece.content_index(key),
             "part": dict(part),
         }
+        piece.part_events[key] = event["type"].removesuffix(".added")
         out.append(self._same_or_new(upstream, {**upstream.event, **event}) if upstream is not None else self._new(event))
 
     def _close_text(self, piece: PieceItem, key: int, out: list[Outgoing]) -> None:
@@ -450,7 +467,7 @@ class ResponsesRewriter:
             self._close_text(piece, key, out)
         piece.part_open.discard(key)
         out.append(self._new({
-            "type": "response.content_part.done",
+            "type": piece.part_events.get(key, "response.content_part") + ".done",
             "item_id": piece.id,
             "output_index": piece.index,
             "content_index": piece.content_index(key),
@@ -482,8 +499,12 @@ class ResponsesRewriter:
         self._next_index += 1
         out.append(self._new({"type": "response.output_item.added", "output_index": call.index, "item": dict(item)}))
 
-    def _end_call(self, call: OpenCall, out: list[Outgoing]) -> None:
-        item = {**call.item, "status": "completed"}
+    def _end_call(self, call: OpenCall, out: list[Outgoing], status: str | None = None) -> None:
+        status = status or self._closing_status
+        if status is None:  # cut off by its text's end: done when its item says how it ended
+            call.source.unended.append(call)
+            return
+        item = {**call.item, "status": status}
         out.append(self._new({
             "type": "response.function_call_arguments.done",
             "item_id": item["id"],
@@ -498,7 +519,7 @@ class ResponsesRewriter:
     # -- the terminal event ----------------------------------------------------------------------
 
     def _on_terminal(self, incoming: Outgoing, out: list[Outgoing]) -> None:
-        self._finish_lexers(out)
+        self._finish_lexers(out, status="completed" if incoming.event["type"] == "response.completed" else "incomplete")
         self._terminal_seen = True
         event = incoming.event
         response = event["response"]
@@ -511,26 +532,26 @@ class ResponsesRewriter:
             out.append(self._same_or_new(incoming, {**event, "response": {**response, "output": output}}))
 
     def _final_output(self, upstream: Any) -> list[Any] | None:
-        """`response.output` as the client was sent it: every done item, in order."""
+        """`response.output` as the client was sent it, or None to leave upstream's as it is.
+
+        When items were streamed one by one, they are the truth: the done items in the order we
+        announced them. Upstream's list is not matched item by item, because upstreams rebuild
+        it with fresh ids (vLLM mints new `msg_`/`rs_` ids for `response.completed`). When
+        nothing was changed, upstream's list stays, byte for byte.
+        """
         if not isinstance(upstream, list):
             return None
         if not self._sources and not self._index_map:  # nothing streamed item by item
-            return rewrite_output_items(upstream, self._dialects)
-        output: list[Any] = []
-        listed: set[int] = set()
-        for item in upstream:
-            item_id = item.get("id") if isinstance(item, dict) else None
-            source = self._sources_by_id.get(item_id)
-            if source is not None:
-                output += source.produced
-                listed.update(id(x) for x in source.produced)
-            elif item_id in self._passed_done:
-                output.append(item)
-                listed.add(id(self._passed_done[item_id]))
-            else:
-                output += rewrite_output_items([item], self._dialects)
-        output += [item for item in self.done_items() if id(item) not in listed]  # left out upstream
-        return output
+            return rewrite_output_items(upstream, self._dialects) if upstream else None
+        if not self._changed():
+            return None
+        return self.done_items()
+
+    def _changed(self) -> bool:
+        """Did the items sent differ from upstream's (cut, dropped, added or renumbered)?"""
+        if self.stats.calls or any(source.altered or not source.produced for source in self._sources.values()):
+            return True
+        return any(index != upstream for upstream, index in self._index_map.items())
 
     def _required_action_event(self, response: dict[str, Any]) -> dict[str, Any]:
         """Seed 004's `response.required_action` (not an OpenAI event; off by default)."""

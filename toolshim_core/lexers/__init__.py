@@ -9,7 +9,7 @@ turns structured markup naming a declared tool into a call.
 from __future__ import annotations
 
 from ..calls import CallScope
-from .base import ChainLexer, Lexer
+from .base import ChainLexer, Lexer, PlainText
 from .kimi import KimiCallNamer, KimiLexer
 from .sentinel import SentinelLexer
 
@@ -23,6 +23,8 @@ class ScopeLexers:
         self._max_held = max_held
 
     def new_lexer(self, *, reasoning: bool) -> Lexer:
+        if self.scope.context.tool_choice_none:
+            return PlainText()  # no call may be made: the markup is the model's text, verbatim
         return ChainLexer(
             KimiLexer(self._kimi_namer, reasoning=reasoning, max_held=self._max_held),
             SentinelLexer(self.scope, max_held=self._max_held),

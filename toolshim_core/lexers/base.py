@@ -109,6 +109,18 @@ def is_marker_fragment(tail: str, markers: tuple[Marker, ...]) -> bool:
     return len(tail) >= 2 and any(m.text.startswith(tail) and m.text != tail for m in markers)
 
 
+class PlainText:
+    """No dialect: every piece of text passes as it came."""
+
+    idle = True
+
+    def feed(self, text: str) -> list[Segment]:
+        return [Text(text)] if text else []
+
+    def finish(self) -> list[Segment]:
+        return []
+
+
 class ChainLexer:
     """Two dialects on one channel: `first` reads the text, `second` reads `first`'s Text.
 
