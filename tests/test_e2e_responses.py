@@ -12,7 +12,7 @@ from openai.types.responses import ResponseStreamEvent
 from harness import ScriptedUpstream, chat_completion, sse_body
 from kimi import kimi_chunks
 from responses import response_json, responses_events, responses_sse
-from wire import check_chat_stream, check_responses_stream
+from wire import check_responses_stream
 
 WEATHER = {
     "type": "function",

@@ -65,9 +65,9 @@ def _check_choice(result: dict[str, Any], choice: dict[str, Any]) -> None:
         raise WireError(f"choice continues after finish_reason {result['finish_reason']!r}: {choice}")
     if not delta and finish is None:
         raise WireError("empty delta without finish_reason")
-    for field in TEXT_FIELDS:
-        if isinstance(delta.get(field), str):
-            result[field] += delta[field]
+    for name in TEXT_FIELDS:
+        if isinstance(delta.get(name), str):
+            result[name] += delta[name]
     seen_in_chunk: set[int] = set()
     calls = result["tool_calls"]
     for entry in delta.get("tool_calls") or []:
