@@ -21,7 +21,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -236,7 +236,7 @@ class ScriptedUpstream:
     """
 
     def __init__(self) -> None:
-        self._scripts: dict[str, Script] = {}
+        self._scripts: dict[str, Script | Callable[[RecordedRequest], Script]] = {}
         self._requests: list[RecordedRequest] = []
         self._lock = threading.Lock()
         self._conns: dict[int, socket.socket] = {}
@@ -337,6 +337,12 @@ class ScriptedUpstream:
             framing=framing,
         )
 
+    def add_responder(self, key: str, responder: Callable[[RecordedRequest], Script]) -> None:
+        """Register a function that picks the reply from the request (a backend's own rules,
+        such as refusing requests that carry `tools`)."""
+        with self._lock:
+            self._scripts[key] = responder
+
     def remove(self, key: str) -> None:
         with self._lock:
             self._scripts.pop(key, None)
@@ -400,6 +406,8 @@ class ScriptedUpstream:
             script = self._scripts.get(key)
             if script is None and "?" in target:
                 script = self._scripts.get(target.split("?", 1)[0])
+        if callable(script):
+            script = script(req)
 
         tokens = {t.strip().lower() for t in headers.get("connection", "").split(",")}
         keep_alive = "close" not in tokens and (

@@ -15,6 +15,7 @@ Flow life cycle (live and offline `-r` flows fire the same hooks):
 from __future__ import annotations
 
 import logging
+import re
 from dataclasses import dataclass, field
 
 import orjson
@@ -22,6 +23,7 @@ from mitmproxy import ctx, exceptions, flowfilter, http
 
 from .calls import RewriteStats
 from .chat import ChatStreamRewriter, rewrite_chat_completion
+from .emulation import EmulatedRequest, emulate_request
 from .encoding import Decoder, incremental_decoder
 from .responses import ResponsesStreamRewriter, rewrite_response_body
 from .stream import SseRewriter
@@ -133,6 +135,7 @@ class FlowState:
     api: str
     context: RequestContext = field(default_factory=RequestContext)
     stream: StreamRewrite | None = None
+    emulated: EmulatedRequest | None = None  # tools emulated for a text-only backend
 
 
 class ToolShim:
@@ -141,6 +144,7 @@ class ToolShim:
     def __init__(self) -> None:
         self._flows: dict[str, FlowState] = {}
         self._filter: flowfilter.TFilter | None = None
+        self._emulate: re.Pattern[str] | None = None
 
     def load(self, loader) -> None:
         loader.add_option(
@@ -168,6 +172,15 @@ class ToolShim:
             "Keep the original upstream body of a rewritten stream in flow.metadata['toolshim'].",
         )
         loader.add_option(
+            "toolshim_emulate",
+            str,
+            "",
+            "Emulate tool calling for backends without it: a regular expression searched in the "
+            "request's model name and in its host. Matching requests go upstream without tools, "
+            "with a tool manifest in the prompt and the history flattened to text; the answer's "
+            "<tool_call> blocks become tool calls. Empty: emulate nothing.",
+        )
+        loader.add_option(
             "toolshim_required_action",
             bool,
             False,
@@ -186,6 +199,12 @@ class ToolShim:
                     raise exceptions.OptionsError(f"toolshim_filter: invalid filter expression: {exc}") from exc
             else:
                 self._filter = None
+        if "toolshim_emulate" in updated:
+            pattern = ctx.options.toolshim_emulate
+            try:
+                self._emulate = re.compile(pattern) if pattern else None
+            except re.error as exc:
+                raise exceptions.OptionsError(f"toolshim_emulate: invalid regular expression: {exc}") from exc
         if "toolshim_max_held" in updated and ctx.options.toolshim_max_held < 1024:
             raise exceptions.OptionsError("toolshim_max_held must be at least 1024 characters")
 
@@ -208,9 +227,30 @@ class ToolShim:
         if state is None:
             return
         try:
-            state.context = RequestContext.from_body(flow.request.get_content(strict=False))
+            request = orjson.loads(flow.request.get_content(strict=False) or b"null")
         except Exception as exc:  # an unreadable request only means: no tools known
             log.info("toolshim: could not read the request body of %s: %s", flow.request.pretty_url, exc)
+            return
+        state.context = RequestContext.from_request(request)
+        if self._emulates(flow, request):
+            try:
+                state.emulated = emulate_request(request, state.api)
+            except Exception as exc:  # fail open: the request goes as the client sent it
+                log.warning("toolshim: emulating tools for %s failed (%r); sent unchanged", flow.request.pretty_url, exc, exc_info=exc)
+                return
+            flow.request.content = orjson.dumps(state.emulated.body)  # content-length follows
+            state.context = state.emulated.context
+            log.info("toolshim: emulating tools for %s: %s", flow.request.pretty_url, state.emulated.telemetry())
+
+    def _emulates(self, flow: http.HTTPFlow, request: object) -> bool:
+        """Live requests whose model or host matches `toolshim_emulate` (offline flows were sent
+        long ago: their requests are history)."""
+        if self._emulate is None or not flow.live or not isinstance(request, dict):
+            return False
+        model = request.get("model")
+        return bool(
+            (isinstance(model, str) and self._emulate.search(model)) or self._emulate.search(flow.request.pretty_host)
+        )
 
     def responseheaders(self, flow: http.HTTPFlow) -> None:
         state = self._flows.get(flow.id)
@@ -243,7 +283,7 @@ class ToolShim:
             return
         try:
             if state.stream is not None:
-                self._keep_streamed_body(flow, state.stream)
+                self._keep_streamed_body(flow, state)
             else:
                 self._rewrite_whole_body(flow, state)
         except Exception as exc:  # fail open: the flow stays as it was
@@ -252,14 +292,15 @@ class ToolShim:
     def error(self, flow: http.HTTPFlow) -> None:
         state = self._flows.pop(flow.id, None)
         if state is not None and state.stream is not None and flow.response is not None:
-            self._keep_streamed_body(flow, state.stream)
+            self._keep_streamed_body(flow, state)
 
     # -- helpers ---------------------------------------------------------------------------------
 
-    def _keep_streamed_body(self, flow: http.HTTPFlow, stream: StreamRewrite) -> None:
+    def _keep_streamed_body(self, flow: http.HTTPFlow, state: FlowState) -> None:
+        stream = state.stream
         if flow.response.raw_content is None:  # mitmproxy 11 keeps no streamed body
             flow.response.raw_content = b"".join(stream.sent)
-        self._annotate(flow, stream.stats, b"".join(stream.upstream) if stream.keep_upstream else None, stream.failed)
+        self._annotate(flow, stream.stats, b"".join(stream.upstream) if stream.keep_upstream else None, stream.failed, state)
         stream.release()
 
     @staticmethod
@@ -300,7 +341,9 @@ class ToolShim:
             return
         if changed:
             response.content = new_body  # re-encodes to the flow's content-encoding
-            self._annotate(flow, stats, body if ctx.options.toolshim_keep_upstream else None, failed=False)
+            self._annotate(flow, stats, body if ctx.options.toolshim_keep_upstream else None, False, state)
+        elif state.emulated is not None:
+            self._annotate(flow, stats, None, False, state)
         else:
             self._log_notes(flow, stats)  # markup that stayed text (a strict failure, say)
 
@@ -309,8 +352,17 @@ class ToolShim:
         for note in stats.notes:
             log.info("toolshim: %s: %s", flow.request.pretty_url, note)
 
-    def _annotate(self, flow: http.HTTPFlow, stats: RewriteStats | None, upstream: bytes | None, failed: bool) -> None:
+    def _annotate(
+        self, flow: http.HTTPFlow, stats: RewriteStats | None, upstream: bytes | None, failed: bool, state: FlowState
+    ) -> None:
         info: dict = {"calls": stats.calls if stats else 0, "names": list(stats.names) if stats else []}
+        if state.emulated is not None:
+            info["emulated"] = state.emulated.telemetry()
+            if state.emulated.requires_call and not info["calls"]:
+                # A proxy cannot ask again without holding the whole answer back: the text
+                # answer goes to the client as it is, and the flow says what happened.
+                info["required_call_missing"] = True
+                log.warning("toolshim: %s: tool_choice demanded a call, the emulated backend answered without one", flow.request.pretty_url)
         if stats is not None and stats.problems:
             info["problems"] = dict(stats.problems)
             self._log_notes(flow, stats)

@@ -44,6 +44,11 @@ class RequestContext:
             request = orjson.loads(body)
         except orjson.JSONDecodeError:
             return cls()
+        return cls.from_request(request)
+
+    @classmethod
+    def from_request(cls, request: Any) -> RequestContext:
+        """Read a parsed request body."""
         if not isinstance(request, dict):
             return cls()
         return cls(
