@@ -167,3 +167,54 @@ def test_responses_paths_are_rewritten_and_required_action_is_an_option():
         assert (b"response.required_action" in out) == required_action
         assert b'"type":"function_call"' in out and b"<tool_call>" not in out
         assert flow.metadata["toolshim"]["names"] == ["set_temp"]
+
+
+def test_emulation_option_is_validated():
+    addon = ToolShim()
+    with taddons.context(addon) as tctx:
+        with pytest.raises(exceptions.OptionsError):
+            tctx.configure(addon, toolshim_emulate="(")
+
+
+def test_emulated_flow_rewrites_the_request_and_records_telemetry(caplog):
+    import json
+
+    from harness import chat_completion
+
+    request = {"model": "textonly-1", "messages": [{"role": "user", "content": "hi"}], "tools": [STRICT_TOOL], "tool_choice": "required"}
+    flow = json_flow("/v1/chat/completions", request, chat_completion("textonly-1", content="No tool."))
+    addon = ToolShim()
+    with taddons.context(addon) as tctx, caplog.at_level(logging.INFO):
+        tctx.configure(addon, toolshim_emulate="^textonly-")
+        addon.requestheaders(flow)
+        addon.request(flow)
+        sent = json.loads(flow.request.content)
+        assert "tools" not in sent and "tool_choice" not in sent
+        assert flow.request.headers["content-length"] == str(len(flow.request.content))
+        addon.responseheaders(flow)
+        addon.response(flow)
+    info = flow.metadata["toolshim"]
+    assert info["emulated"]["tools"] == ["set_temp"]
+    assert info["required_call_missing"] is True and info["calls"] == 0
+    assert any("emulating tools" in r.getMessage() for r in caplog.records)
+    assert any("demanded a call" in r.getMessage() for r in caplog.records)
+
+
+def test_offline_flows_and_other_models_are_not_emulated():
+    import json
+
+    from harness import chat_completion
+
+    request = {"model": "other-model", "messages": [], "tools": [STRICT_TOOL]}
+    for flow in (
+        json_flow("/v1/chat/completions", request, chat_completion("other-model", content="x")),
+        json_flow("/v1/chat/completions", {**request, "model": "textonly-2"}, chat_completion("textonly-2", content="x")),
+    ):
+        original = flow.request.content
+        flow.live = json.loads(original)["model"] == "other-model"  # the second one is offline
+        addon = ToolShim()
+        with taddons.context(addon) as tctx:
+            tctx.configure(addon, toolshim_emulate="^textonly-")
+            addon.requestheaders(flow)
+            addon.request(flow)
+        assert flow.request.content == original

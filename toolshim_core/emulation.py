@@ -79,7 +79,7 @@ def manifest(tools: dict[str, ToolSpec], descriptions: dict[str, str], tool_choi
         "",
         "You can call the tools listed below. To call one, write exactly this, on its own, once per call:",
         '<tool_call>{"name": "TOOL_NAME", "arguments": "ARGUMENTS"}</tool_call>',
-        "where ARGUMENTS is a JSON object encoded as a JSON string.",
+        'where ARGUMENTS is the JSON object of arguments, encoded as a JSON string: "{\\"key\\": \\"value\\"}".',
         "",
         "Rules:",
         "- Only call tools with <tool_call>...</tool_call> blocks; never describe a call in any other way.",
