@@ -358,6 +358,14 @@ class ToolShim:
         info: dict = {"calls": stats.calls if stats else 0, "names": list(stats.names) if stats else []}
         if state.emulated is not None:
             info["emulated"] = state.emulated.telemetry()
+            log.info(
+                "toolshim: emulated tools for %s: %d call(s) %s, problems %s, %s",
+                flow.request.pretty_url,
+                info["calls"],
+                info["names"],
+                dict(stats.problems) if stats else {},
+                info["emulated"],
+            )
             if state.emulated.requires_call and not info["calls"]:
                 # A proxy cannot ask again without holding the whole answer back: the text
                 # answer goes to the client as it is, and the flow says what happened.
