@@ -194,23 +194,41 @@ def _with_system_prompt(messages: list[Any], rules: str) -> list[Any]:
 
 
 class _Transcript(list):
-    """The flattened conversation. Consecutive tool results share one user turn, since chat
-    templates want user and assistant turns to alternate."""
+    """The flattened conversation, counting what it flattens into `result`. Consecutive tool
+    results share one user turn, since chat templates want user and assistant turns to alternate."""
 
-    def __init__(self) -> None:
+    def __init__(self, result: EmulatedRequest) -> None:
         super().__init__()
+        self._result = result
         self._results_turn: dict[str, Any] | None = None
 
-    def add_result(self, line: str) -> None:
+    def add_result(self, call_id: Any, output: str) -> None:
+        self._result.outputs += 1
+        if neutralise(output) != output:
+            self._result.neutralised += 1
+        line = output_line(str(call_id or ""), output)
         if self and self[-1] is self._results_turn:
             self._results_turn["content"] += "\n" + line
         else:
             self._results_turn = {"role": "user", "content": line}
             self.append(self._results_turn)
 
+    def add_user(self, message: dict[str, Any]) -> None:
+        """A user turn, its text (a string or text parts) with sentinel tags neutralised."""
+        content = message.get("content")
+        if isinstance(content, str):
+            message = {**message, "content": _neutralised(content, self._result)}
+        elif isinstance(content, list):
+            parts = [
+                {**p, "text": _neutralised(p["text"], self._result)} if isinstance(p, dict) and isinstance(p.get("text"), str) else p
+                for p in content
+            ]
+            message = {**message, "content": parts}
+        self.append(message)
+
 
 def _flatten_chat(messages: list[Any], result: EmulatedRequest) -> list[Any]:
-    out = _Transcript()
+    out = _Transcript(result)
     for message in messages:
         if not isinstance(message, dict):
             out.append(message)
@@ -228,31 +246,16 @@ def _flatten_chat(messages: list[Any], result: EmulatedRequest) -> list[Any]:
             flattened["content"] = "\n".join(filter(None, [text, *blocks]))
             out.append(flattened)
         elif role in ("tool", "function"):
-            call_id = message.get("tool_call_id") or message.get("name") or ""
-            output = _text_of(message.get("content"))
-            result.outputs += 1
-            if neutralise(output) != output:
-                result.neutralised += 1
-            out.add_result(output_line(str(call_id), output))
+            out.add_result(message.get("tool_call_id") or message.get("name"), _text_of(message.get("content")))
         elif role == "user":
-            content = message.get("content")
-            if isinstance(content, str):
-                out.append({**message, "content": _neutralised(content, result)})
-            elif isinstance(content, list):
-                parts = [
-                    {**p, "text": _neutralised(p["text"], result)} if isinstance(p, dict) and isinstance(p.get("text"), str) else p
-                    for p in content
-                ]
-                out.append({**message, "content": parts})
-            else:
-                out.append(message)
+            out.add_user(message)
         else:
             out.append(message)
     return out
 
 
 def _flatten_responses(items: list[Any], result: EmulatedRequest) -> list[Any]:
-    out = _Transcript()
+    out = _Transcript(result)
     for item in items:
         if not isinstance(item, dict):
             out.append(item)
@@ -267,27 +270,13 @@ def _flatten_responses(items: list[Any], result: EmulatedRequest) -> list[Any]:
             else:
                 out.append({"role": "assistant", "content": block})
         elif kind == "function_call_output":
-            result.outputs += 1
-            output = _text_of(item.get("output"))
-            if neutralise(output) != output:
-                result.neutralised += 1
-            out.add_result(output_line(str(item.get("call_id") or ""), output))
+            out.add_result(item.get("call_id"), _text_of(item.get("output")))
         elif kind == "reasoning":
             result.dropped_items += 1  # encrypted or provider-specific: a text backend has no use for it
         elif item.get("role") == "assistant" and kind in (None, "message"):
             out.append({"role": "assistant", "content": _text_of(item.get("content"))})
         elif item.get("role") == "user":
-            content = item.get("content")
-            if isinstance(content, str):
-                out.append({**item, "content": _neutralised(content, result)})
-            elif isinstance(content, list):
-                parts = [
-                    {**p, "text": _neutralised(p["text"], result)} if isinstance(p, dict) and isinstance(p.get("text"), str) else p
-                    for p in content
-                ]
-                out.append({**item, "content": parts})
-            else:
-                out.append(item)
+            out.add_user(item)
         else:
             out.append(item)
     return out
