@@ -7,7 +7,9 @@ need, so that the output is the same however the text was split.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Protocol
 
 
@@ -76,16 +78,24 @@ class Match:
     marker: Marker | None  # None: a marker may begin at `pos`, more text is needed
 
 
+@lru_cache(maxsize=64)
+def _first_chars(markers: tuple[Marker, ...]) -> re.Pattern[str]:
+    return re.compile("[" + re.escape("".join(sorted({m.text[0] for m in markers}))) + "]")
+
+
 def find_marker(buf: str, start: int, markers: tuple[Marker, ...], final: bool) -> Match | None:
     """Find the first marker in `buf[start:]`, or the point from which one may still begin.
 
-    Every marker starts with "<", so only those positions are examined: the cost is linear in
-    the text whatever the density of "<". When a whole marker matches but a longer one could
-    still match once more text arrives, the position is held (`marker=None`): this is what lets
-    a truncated marker like `<|tool_calls_section_end|` count only when no `>` follows.
+    Only positions holding the first character of some marker ("<" for most dialects, "[" for
+    Mistral's) are examined: the cost is linear in the text whatever their density. When a
+    whole marker matches but a longer one could still match once more text arrives, the
+    position is held (`marker=None`): this is what lets a truncated marker like
+    `<|tool_calls_section_end|` count only when no `>` follows.
     """
-    i = buf.find("<", start)
+    firsts = _first_chars(markers)
     n = len(buf)
+    found = firsts.search(buf, start)
+    i = found.start() if found else -1
     while i != -1:
         best: Marker | None = None
         maybe_longer = False
@@ -100,7 +110,8 @@ def find_marker(buf: str, start: int, markers: tuple[Marker, ...], final: bool) 
             return Match(i, None)
         if best is not None:
             return Match(i, best)
-        i = buf.find("<", i + 1)
+        found = firsts.search(buf, i + 1)
+        i = found.start() if found else -1
     return None
 
 
