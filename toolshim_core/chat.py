@@ -15,8 +15,8 @@ from typing import Any
 import orjson
 
 from .calls import CallScope, RewriteStats
-from .lexers import ScopeLexers
-from .lexers.base import CallArgs, CallBegin, CallEnd, Lexer, ReasoningEnd, Segment, Text
+from .lexers import ScopeLexers, starts_in_reasoning
+from .lexers.base import CallArgs, CallBegin, CallEnd, Lexer, ReasoningEnd, ReasoningText, Segment, Text
 from .sse import encode_event, parse_block
 from .stream import SseRewriter
 from .tools import RequestContext
@@ -26,6 +26,9 @@ REASONING_KEYS = ("reasoning_content", "reasoning")  # SGLang/Moonshot, vLLM/Ope
 TEXT_KEYS = (*REASONING_KEYS, CONTENT)
 # Upstream's own tool calls in a chunk: they take call indices, so the chunk must be read.
 _UPSTREAM_CALLS = re.compile(rb'"tool_calls"\s*:\s*\[\s*\{')
+# Mistral's bracket markers, or a text that ends in what may begin one (`… [TOO"`). The JSON's
+# own brackets (`"choices":[{`) never match.
+_BRACKET_MARKUP = re.compile(rb'\[(?:TOOL_CALLS\]|/?THINK\]|ARGS\]|CALL_ID\]|/?[A-Z_]*")')
 
 
 # A part of a choice's output, in order: ("text", keys, text) | ("call", index, id, name)
@@ -39,6 +42,10 @@ class ChoiceRewriter:
     def __init__(self, context: RequestContext, stats: RewriteStats, *, max_held: int) -> None:
         self._scope = CallScope(context, stats)
         self._dialects = ScopeLexers(self._scope, max_held=max_held)
+        # The field(s) reasoning goes to when `<think>` is found in content: the ones upstream
+        # uses for reasoning in this choice, else the configured one.
+        self._reasoning_keys: tuple[str, ...] | None = None
+        self._reasoning_field = context.reasoning_field or "reasoning_content"
         self._lexers: dict[tuple[str, ...], Lexer] = {}
         self._reasoning_over: set[tuple[str, ...]] = set()  # channels whose `</think>` leaked
         self._native_index: dict[Any, int] = {}
@@ -47,12 +54,18 @@ class ChoiceRewriter:
 
     @property
     def idle(self) -> bool:
+        """Nothing held, and text with no marker would pass as it came."""
+        if self._dialects.preopened and (CONTENT,) not in self._lexers:
+            return False  # content will start inside reasoning: it must be read
         return all(lexer.idle for lexer in self._lexers.values())
 
     def feed(self, channel: tuple[str, ...], text: str, parts: list[Part]) -> None:
         lexer = self._lexers.get(channel)
         if lexer is None:
-            lexer = self._lexers[channel] = self._dialects.new_lexer(reasoning=channel[0] != CONTENT)
+            reasoning = channel[0] != CONTENT
+            if reasoning and self._reasoning_keys is None:
+                self._reasoning_keys = channel  # reasoning found in content goes where upstream puts it
+            lexer = self._lexers[channel] = self._dialects.new_lexer(reasoning=reasoning)
         self._place(channel, lexer.feed(text), parts)
 
     def finish(self, parts: list[Part]) -> None:
@@ -87,6 +100,10 @@ class ChoiceRewriter:
                 self._open_index = None
             elif type(seg) is ReasoningEnd:
                 self._reasoning_over.add(channel)
+            elif type(seg) is ReasoningText:
+                if self._reasoning_keys is None:
+                    self._reasoning_keys = (self._reasoning_field,)
+                parts.append(("text", self._reasoning_keys, seg.text))
 
 
 def text_channels(holder: dict[str, Any]) -> list[tuple[tuple[str, ...], str]]:
@@ -143,15 +160,28 @@ class ChatStreamRewriter(SseRewriter):
         self._max_held = max_held
         self._choices: dict[Any, ChoiceRewriter] = {}
         self._template: dict[str, Any] | None = None  # metadata of the last chunk read
+        self._starts_in_reasoning = starts_in_reasoning(context)
+        # Until upstream's reasoning field is seen, events naming one are read: reasoning moved
+        # out of `content` must go to the field upstream uses.
+        self._reasoning_field_known = False
 
     # -- events ----------------------------------------------------------------------------------
 
     def _all_idle(self) -> bool:
+        if not self._choices and self._starts_in_reasoning:
+            return False
         return all(choice.idle for choice in self._choices.values())
 
     def _on_block(self, raw: bytes) -> list[bytes]:
         quiet = not self.stats.calls and self._all_idle()
-        if quiet and b"<" not in raw and b"\\u003" not in raw and not _UPSTREAM_CALLS.search(raw):
+        if (
+            quiet
+            and b"<" not in raw
+            and b"\\u003" not in raw
+            and not _BRACKET_MARKUP.search(raw)
+            and not _UPSTREAM_CALLS.search(raw)
+            and (self._reasoning_field_known or b'"reasoning' not in raw)
+        ):
             return [raw]  # fast path: no marker can start here and nothing is held
         event = parse_block(raw)
         if event.data is None or event.malformed:
@@ -164,6 +194,8 @@ class ChatStreamRewriter(SseRewriter):
             return [raw]
         if not isinstance(chunk, dict) or not isinstance(chunk.get("choices"), list) or "error" in chunk:
             return [raw]
+        if not self._reasoning_field_known and b'"reasoning' in raw:
+            self._reasoning_field_known = True
         chunks = self._rewrite_chunk(chunk)
         if chunks is None:
             return [raw]
@@ -312,6 +344,8 @@ def rewrite_chat_completion(
                 message[key] = texts.pop(key, "").strip() or None
         if CONTENT in texts:  # reasoning that went on after a leaked </think>
             message[CONTENT] = ((message.get(CONTENT) or "") + texts.pop(CONTENT)).strip() or None
+        for key, text in texts.items():  # reasoning that was in content (`<think>`)
+            message[key] = ((message.get(key) or "") + text).strip() or None
         if calls:
             native = message.get("tool_calls") if isinstance(message.get("tool_calls"), list) else []
             message["tool_calls"] = native + [calls[i] for i in sorted(calls)]

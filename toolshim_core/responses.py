@@ -33,7 +33,7 @@ import orjson
 
 from .calls import CallScope, RewriteStats, random_id
 from .lexers import ScopeLexers
-from .lexers.base import CallArgs, CallBegin, CallEnd, Lexer, ReasoningEnd, Segment, Text
+from .lexers.base import CallArgs, CallBegin, CallEnd, Lexer, ReasoningEnd, ReasoningText, Segment, Text
 from .sse import encode_event, parse_block
 from .stream import SseRewriter
 from .tools import RequestContext
@@ -102,7 +102,9 @@ class SourceItem:
     altered: bool = False  # some text of it did not pass as it came
     reasoning_over: set[int] = field(default_factory=set)  # parts whose `</think>` leaked
     piece: PieceItem | None = None  # the piece now receiving this item's text
-    content_piece: PieceItem | None = None  # reasoning that went on as content after </think>
+    # The piece of the other kind: content after a leaked `</think>` in a reasoning item, or
+    # `<think>…</think>` reasoning in a message.
+    other_piece: PieceItem | None = None
     pieces: int = 0
     produced: list[dict[str, Any]] = field(default_factory=list)  # our done items, in order
     unended: list[OpenCall] = field(default_factory=list)  # calls cut by their text's end
@@ -219,14 +221,14 @@ class ResponsesRewriter:
         status = upstream_item.get("status") if isinstance(upstream_item.get("status"), str) else "completed"
         self._finish_lexers(out, source, status)
         piece = source.piece
-        if not source.altered and piece is not None and piece.announced and source.content_piece is None:
+        if not source.altered and piece is not None and piece.announced and source.other_piece is None:
             # Never cut, text as it came: upstream's own item is the truth.
             out.append(self._retarget(incoming))
             self._done_items.append((piece.index, upstream_item))
             source.produced.append(upstream_item)
         else:
             content = upstream_item.get("content") if isinstance(upstream_item.get("content"), list) else []
-            for piece in (source.piece, source.content_piece):
+            for piece in (source.piece, source.other_piece):
                 if piece is None:
                     continue
                 if piece.kind == source.kind:
@@ -235,12 +237,15 @@ class ResponsesRewriter:
                         if piece.parts[key].get("type") != PART_TYPE[source.kind] and key < len(content):
                             piece.parts[key] = content[key]
                 self._close_piece(source, piece, out, status)
-        source.piece = source.content_piece = None
+        source.piece = source.other_piece = None
 
     def _new_piece(self, source: SourceItem, kind: str) -> PieceItem:
-        if kind != source.kind:  # content after a leaked </think>: a message of its own
-            piece = PieceItem(random_id("msg_"), MESSAGE, {"type": MESSAGE, "role": "assistant"})
-            source.content_piece = piece
+        if kind != source.kind:  # an item of its own, of the other kind
+            if kind == MESSAGE:
+                piece = PieceItem(random_id("msg_"), MESSAGE, {"type": MESSAGE, "role": "assistant"})
+            else:
+                piece = PieceItem(random_id("rs_"), REASONING, {"type": REASONING, "summary": []})
+            source.other_piece = piece
         else:
             piece_id = source.id if source.pieces == 0 else f"{source.id}_{source.pieces + 1}"
             base = {k: v for k, v in source.added.event["item"].items() if k not in ("id", "status", "content")}
@@ -399,15 +404,26 @@ class ResponsesRewriter:
                 self._end_call(self._calls.pop((source.id, content_index)), out)
             elif type(seg) is ReasoningEnd:
                 source.reasoning_over.add(content_index)
+            elif type(seg) is ReasoningText:
+                self._text(source, content_index, seg.text, out, None, kind=REASONING)
 
-    def _text(self, source: SourceItem, content_index: int, text: str, out: list[Outgoing], incoming: Outgoing | None) -> None:
+    def _text(
+        self, source: SourceItem, content_index: int, text: str, out: list[Outgoing], incoming: Outgoing | None, kind: str | None = None
+    ) -> None:
         if not text:
             return
-        as_content = content_index in source.reasoning_over
-        if as_content:
-            piece, kind, key = source.content_piece, MESSAGE, 0
-        else:
-            piece, kind, key = source.piece, source.kind, content_index
+        if kind is None:
+            kind = MESSAGE if content_index in source.reasoning_over else source.kind
+        own = kind == source.kind
+        piece, key = (source.piece, content_index) if own else (source.other_piece, 0)
+        other = source.other_piece if own else source.piece
+        if other is not None and other.announced:
+            # reasoning and content of one item alternate: one item at a time on the wire
+            self._close_piece(source, other, out)
+            if own:
+                source.other_piece = None
+            else:
+                source.piece = None
         if piece is None:
             piece = self._new_piece(source, kind)
         if not piece.announced:
@@ -416,7 +432,7 @@ class ResponsesRewriter:
             self._open_part(source, piece, key, out)
         piece.parts[key]["text"] += text
         position = {"item_id": piece.id, "output_index": piece.index, "content_index": piece.content_index(key)}
-        if incoming is not None and not as_content and text == incoming.event["delta"]:
+        if incoming is not None and own and text == incoming.event["delta"]:
             out.append(self._same_or_new(incoming, {**incoming.event, **position}))  # as it came
             return
         delta = {
@@ -479,14 +495,14 @@ class ResponsesRewriter:
     def _begin_call(self, source: SourceItem, content_index: int, begin: CallBegin, out: list[Outgoing]) -> None:
         # A call's item stands alone: text items open now are done, and go on as new pieces.
         for other in self._sources.values():
-            for piece in (other.piece, other.content_piece):
+            for piece in (other.piece, other.other_piece):
                 if piece is not None and piece.announced:
                     other.altered = True
                     self._close_piece(other, piece, out)
                     if piece is other.piece:
                         other.piece = None
                     else:
-                        other.content_piece = None
+                        other.other_piece = None
         item = {
             "id": random_id("fc_"),
             "type": FUNCTION_CALL,
@@ -581,7 +597,7 @@ class ResponsesRewriter:
         source = self._sources.get(upstream_index)
         if source is None:
             return self._same_or_new(incoming, {**event, "output_index": self._index_map.get(upstream_index, upstream_index)})
-        piece = source.piece if source.piece is not None else source.content_piece
+        piece = source.piece if source.piece is not None else source.other_piece
         if piece is None or not piece.announced:
             return incoming  # nothing of ours to point at: leave it as it came
         changes: dict[str, Any] = {"output_index": piece.index}

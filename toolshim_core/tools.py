@@ -34,6 +34,13 @@ class RequestContext:
     next_kimi_counter: int = 0
     tool_choice_none: bool = False  # `tool_choice: "none"`: no markup becomes a call
     parallel_tool_calls: bool = True  # false: only the first call of a response becomes a call
+    model: str = ""  # picks the dialects and whether reasoning starts pre-opened
+    # Set from the addon's options: the dialects to run (None: by model), whether the output
+    # starts inside reasoning (None: by model), and the Chat field reasoning moved out of
+    # `content` goes to (None: the one upstream uses, else `reasoning_content`).
+    dialects: tuple[str, ...] | None = None
+    reasoning_preopened: bool | None = None
+    reasoning_field: str | None = None
 
     @classmethod
     def from_body(cls, body: bytes | None) -> RequestContext:
@@ -56,6 +63,7 @@ class RequestContext:
             next_kimi_counter=_next_counter(request),
             tool_choice_none=request.get("tool_choice") == "none",
             parallel_tool_calls=request.get("parallel_tool_calls") is not False,
+            model=request["model"] if isinstance(request.get("model"), str) else "",
         )
 
 

@@ -1,17 +1,65 @@
-"""The markup dialects, and how they share one text channel.
+"""The markup dialects, which of them a response runs, and how they share one text channel.
 
-A channel runs every dialect in a chain: Kimi first (its special tokens cannot occur in prose),
-then the `<tool_call>` sentinel blocks on the text Kimi leaves. Dialects are picked per model in
-a later step; running both costs one scan per dialect and cannot misfire, because each only
-turns structured markup naming a declared tool into a call.
+A channel runs a chain of lexers (`ChainLexer`): each reads the text the one before it left.
+First the reasoning split of a content channel (`<think>…</think>`), then the dialects with
+special tokens (they cannot occur in prose), then the tag dialects. Which dialects run is picked
+from the model name (the table below, in the README too), or forced with `toolshim_dialects`;
+a model the table does not know runs them all. That is safe because no dialect turns prose into
+a call: each needs its structured markup, and a declared tool's name.
 """
 
 from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
 
 from ..calls import CallScope
 from .base import ChainLexer, Lexer, PlainText
 from .kimi import KimiCallNamer, KimiLexer
 from .sentinel import SentinelLexer
+from .think import ThinkLexer
+
+
+@dataclass(frozen=True, slots=True)
+class Dialect:
+    name: str
+    models: re.Pattern[str]  # searched in the request's model name, case-insensitively
+    make: Callable[[ScopeLexers, bool], Lexer]  # (the scope's lexers, reasoning channel?)
+
+
+def _kimi(lexers: ScopeLexers, reasoning: bool) -> Lexer:
+    return KimiLexer(lexers.kimi_namer, reasoning=reasoning, max_held=lexers.max_held)
+
+
+def _hermes(lexers: ScopeLexers, reasoning: bool) -> Lexer:
+    return SentinelLexer(lexers.scope, max_held=lexers.max_held)
+
+
+# In chain order: special tokens first, then tags.
+DIALECTS: tuple[Dialect, ...] = (
+    Dialect("kimi", re.compile(r"kimi|moonshot|k2", re.I), _kimi),
+    Dialect("hermes", re.compile(r"qwen|qwq|hermes|nous", re.I), _hermes),
+)
+DIALECT_NAMES = tuple(d.name for d in DIALECTS)
+
+# Chat templates that open the reasoning block in the prompt: the output starts inside it and
+# only `</think>` appears (research: parsers.md 1.10).
+PREOPENED_MODELS = re.compile(r"deepseek-r1|qwq|qwen3-[\w.-]*thinking|qwen3\.[56]", re.I)
+
+
+def starts_in_reasoning(context) -> bool:
+    """Does the output start inside a pre-opened reasoning block (by option, else by model)?"""
+    if context.reasoning_preopened is not None:
+        return context.reasoning_preopened
+    return bool(PREOPENED_MODELS.search(context.model))
+
+
+def dialects_for(model: str, forced: tuple[str, ...] | None) -> tuple[Dialect, ...]:
+    if forced is not None:
+        return tuple(d for d in DIALECTS if d.name in forced)
+    matched = tuple(d for d in DIALECTS if d.models.search(model))
+    return matched or DIALECTS
 
 
 class ScopeLexers:
@@ -19,13 +67,22 @@ class ScopeLexers:
 
     def __init__(self, scope: CallScope, *, max_held: int) -> None:
         self.scope = scope
-        self._kimi_namer = KimiCallNamer(scope)  # shared: Kimi ids stay unique across channels
-        self._max_held = max_held
+        self.max_held = max_held
+        self.kimi_namer = KimiCallNamer(scope)  # shared: Kimi ids stay unique across channels
+        context = scope.context
+        self._dialects = dialects_for(context.model, context.dialects)
+        self.preopened = starts_in_reasoning(context)
 
     def new_lexer(self, *, reasoning: bool) -> Lexer:
-        if self.scope.context.tool_choice_none:
+        if self.scope.context.tool_choice_none and reasoning:
             return PlainText()  # no call may be made: the markup is the model's text, verbatim
-        return ChainLexer(
-            KimiLexer(self._kimi_namer, reasoning=reasoning, max_held=self._max_held),
-            SentinelLexer(self.scope, max_held=self._max_held),
-        )
+        stages: list[Lexer] = []
+        if not reasoning:
+            stages.append(ThinkLexer(preopened=self.preopened))
+        if not self.scope.context.tool_choice_none:
+            stages += [dialect.make(self, reasoning) for dialect in self._dialects]
+        return chain(stages) if stages else PlainText()
+
+
+def chain(stages: list[Lexer]) -> Lexer:
+    return stages[0] if len(stages) == 1 else ChainLexer(stages[0], chain(stages[1:]))

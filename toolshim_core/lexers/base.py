@@ -45,7 +45,15 @@ class ReasoningEnd:
     """A leaked `</think>` closed the reasoning: later text of this channel is content."""
 
 
-Segment = Text | CallBegin | CallArgs | CallEnd | ReasoningEnd
+@dataclass(slots=True, frozen=True)
+class ReasoningText:
+    """Text of a content channel that is reasoning (`<think>…</think>` in content): it belongs
+    in the reasoning field (Chat) or a reasoning item (Responses)."""
+
+    text: str
+
+
+Segment = Text | CallBegin | CallArgs | CallEnd | ReasoningEnd | ReasoningText
 
 
 class Lexer(Protocol):

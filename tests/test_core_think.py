@@ -1,0 +1,133 @@
+"""`<think>` reasoning in content: moved to the reasoning field (Chat) or a reasoning item
+(Responses), tags split anywhere, templates that pre-open the block, calls inside reasoning."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from harness import sse_body
+from kimi import ARG_BEGIN, CALL_BEGIN, CALL_END, SECTION_BEGIN, SECTION_END
+from responses import response_json, responses_events, responses_sse
+from toolshim_core.chat import ChatStreamRewriter, rewrite_chat_completion
+from toolshim_core.lexers.base import ReasoningText, Text
+from toolshim_core.lexers.think import ThinkLexer
+from toolshim_core.responses import ResponsesStreamRewriter, rewrite_response_body
+from toolshim_core.tools import RequestContext
+from wire import check_chat_stream, check_responses_stream
+
+TOOLS = [{"type": "function", "function": {"name": "get_time", "parameters": {"type": "object"}}}]
+
+
+def lex(text: str, pieces: list[str] | None = None, preopened: bool = False):
+    lexer = ThinkLexer(preopened=preopened)
+    out = []
+    for piece in pieces or [text]:
+        out += lexer.feed(piece)
+    out += lexer.finish()
+    merged: list = []
+    for seg in out:
+        if merged and type(merged[-1]) is type(seg):
+            merged[-1] = type(seg)(merged[-1].text + seg.text)
+        else:
+            merged.append(seg)
+    return merged
+
+
+@pytest.mark.parametrize("open_tag, close_tag", [("<think>", "</think>"), ("<reasoning>", "</reasoning>"), ("<thought>", "</thought>"), ("<seed:think>", "</seed:think>"), ("[THINK]", "[/THINK]")])
+def test_each_spelling_splits_reasoning_from_content(open_tag, close_tag):
+    text = f"{open_tag}Weighing it.{close_tag}\n\nThe answer."
+    assert lex(text) == [ReasoningText("Weighing it."), Text("The answer.")]
+
+
+def test_tags_split_at_every_character_give_the_same_result():
+    text = "<think>a < b, so</think>\n\nYes <b>really</b>."
+    whole = lex(text)
+    assert whole == [ReasoningText("a < b, so"), Text("Yes <b>really</b>.")]
+    for cut in range(1, len(text)):
+        assert lex(text, [text[:cut], text[cut:]]) == whole, cut
+    assert lex(text, list(text)) == whole
+
+
+def test_preopened_output_starts_inside_reasoning():
+    assert lex("I'm\nthinking</think>Hello", preopened=True) == [ReasoningText("I'm\nthinking"), Text("Hello")]
+
+
+def test_a_stray_close_tag_in_content_is_dropped():
+    assert lex("Hello</think> world") == [Text("Hello"), Text("world")] or lex("Hello</think> world") == [Text("Helloworld")]
+
+
+def test_prose_without_tags_streams_at_once():
+    lexer = ThinkLexer()
+    assert lexer.feed("plain text, a < b") == [Text("plain text, a < b")]
+    assert lexer.idle
+
+
+def chat_body(pieces: list[str], field: str = "content", extra: dict | None = None) -> bytes:
+    base = {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m"}
+    chunks = [{**base, "choices": [{"index": 0, "delta": {field: p, **(extra or {})}, "finish_reason": None}]} for p in pieces]
+    chunks.append({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
+    return sse_body(chunks)
+
+
+def chat(body: bytes, **request) -> dict:
+    context = RequestContext.from_body(json.dumps({"model": "m", "messages": [], "tools": TOOLS, **request}).encode())
+    rewriter = ChatStreamRewriter(context)
+    return check_chat_stream(b"".join(rewriter.feed(body) + rewriter.close()))
+
+
+def test_chat_reasoning_in_content_goes_to_reasoning_content():
+    result = chat(chat_body(["<th", "ink>Let me ", "think.</thi", "nk>\n\nHi!"]))
+    assert result["reasoning_content"] == "Let me think." and result["content"] == "Hi!"
+
+
+def test_chat_reasoning_goes_to_the_field_upstream_uses():
+    base = {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m"}
+    body = sse_body([
+        {**base, "choices": [{"index": 0, "delta": {"reasoning": ""}, "finish_reason": None}]},
+        {**base, "choices": [{"index": 0, "delta": {"content": "<think>hmm</think>ok"}, "finish_reason": None}]},
+        {**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]},
+    ])
+    result = chat(body)
+    assert result["reasoning"] == "hmm" and result["reasoning_content"] == "" and result["content"] == "ok"
+
+
+def test_chat_preopened_by_model_name_and_by_option():
+    body = chat_body(["Thinking hard", "</think>", "Done."])
+    result = chat(body, model="DeepSeek-R1-0528")
+    assert (result["reasoning_content"], result["content"]) == ("Thinking hard", "Done.")
+    context = RequestContext.from_body(json.dumps({"model": "plain-model", "messages": []}).encode())
+    context.reasoning_preopened = True
+    rewriter = ChatStreamRewriter(context)
+    forced = check_chat_stream(b"".join(rewriter.feed(body) + rewriter.close()))
+    assert (forced["reasoning_content"], forced["content"]) == ("Thinking hard", "Done.")
+
+
+def test_a_kimi_call_inside_think_is_a_call_and_ends_the_reasoning():
+    section = f"{SECTION_BEGIN}{CALL_BEGIN}functions.get_time:0{ARG_BEGIN}{{}}{CALL_END}{SECTION_END}"
+    result = chat(chat_body(["<think>I need the time.", section, "</think>"]))
+    assert result["reasoning_content"] == "I need the time."
+    assert [c["name"] for c in result["tool_calls"]] == ["get_time"]
+    assert result["finish_reason"] == "tool_calls"
+
+
+def test_chat_json_body_moves_reasoning_too():
+    completion = {"id": "c", "object": "chat.completion", "created": 1, "model": "m",
+                  "choices": [{"index": 0, "message": {"role": "assistant", "content": "<think>why</think>\nBecause."}, "finish_reason": "stop"}]}
+    context = RequestContext.from_body(b'{"model": "m", "messages": []}')
+    assert rewrite_chat_completion(completion, context) is not None
+    message = completion["choices"][0]["message"]
+    assert message["reasoning_content"] == "why" and message["content"] == "Because."
+
+
+def test_responses_think_in_a_message_becomes_a_reasoning_item():
+    context = RequestContext.from_body(b'{"model": "m", "input": "hi"}')
+    body = responses_sse(responses_events("m", ["<think>Pondering", ".</think>\n\n", "Answer."]))
+    rewriter = ResponsesStreamRewriter(context)
+    result = check_responses_stream(b"".join(rewriter.feed(body) + rewriter.close()))
+    assert result["items"] == ["reasoning", "message"]
+    assert (result["reasoning"], result["text"]) == ("Pondering.", "Answer.")
+    json_body = response_json("m", "<think>Pondering.</think>Answer.")
+    rewrite_response_body(json_body, context)
+    assert [item["type"] for item in json_body["output"]] == ["reasoning", "message"]

@@ -1,0 +1,106 @@
+"""Reasoning markup in a content channel: `<think>…</think>` and its spellings.
+
+    <think>The user wants the weather.</think>
+
+    It is sunny.
+
+The text between the tags is reasoning (`ReasoningText`); the rest stays content. Spellings:
+`<think>`, `<reasoning>`, `<thought>`, `<seed:think>` (Seed-OSS), `[THINK]` (Mistral v13+), each
+with its own closing tag. Templates that pre-open the block (DeepSeek-R1, QwQ, Qwen3 Thinking)
+make the output start inside reasoning with only the closing tag to come: `preopened=True`.
+
+States (`_state`):
+
+    CONTENT --open tag------------------> THINK    (the tag is dropped)
+    THINK   --its closing tag-----------> CONTENT  (the tag and the whitespace after it dropped)
+    THINK   --a tool-call section begins-> CONTENT  (Kimi, DeepSeek: the call ends the reasoning;
+                                                    the marker goes on as content, for the call
+                                                    dialects after this lexer)
+    CONTENT --a stray closing tag-------> CONTENT  (dropped: a pre-opened block we were not told of)
+
+Only a possible tag prefix is ever held back, as in every dialect.
+"""
+
+from __future__ import annotations
+
+from .base import Marker, ReasoningText, Segment, Text, find_marker
+
+OPEN, CLOSE, TOOLS = "open", "close", "tools"
+_PAIRS = {
+    "<think>": "</think>",
+    "<reasoning>": "</reasoning>",
+    "<thought>": "</thought>",
+    "<seed:think>": "</seed:think>",
+    "[THINK]": "[/THINK]",
+}
+# Markup that starts tool calls: a model that calls a tool is done reasoning (vLLM's kimi_k2
+# reasoning parser and SGLang treat the section begin as an implicit `</think>`).
+_TOOL_STARTS = ("<|tool_calls_section_begin|>", "<|tool_call_begin|>", "<｜tool▁calls▁begin｜>", "<｜tool▁call▁begin｜>")
+
+_CONTENT_MARKERS = (*(Marker(t, OPEN) for t in _PAIRS), *(Marker(t, CLOSE) for t in _PAIRS.values()))
+_THINK_MARKERS = (*(Marker(t, CLOSE) for t in _PAIRS.values()), *(Marker(t, TOOLS) for t in _TOOL_STARTS))
+
+CONTENT, THINK = "content", "think"
+
+
+class ThinkLexer:
+    """Splits one content channel into reasoning and content (see the module docstring)."""
+
+    def __init__(self, *, preopened: bool = False) -> None:
+        self._preopened = preopened
+        self._reset()
+
+    def _reset(self) -> None:
+        self._state = THINK if self._preopened else CONTENT
+        self._buf = ""
+        self._drop_ws = False  # after a closing tag: the blank lines that follow are layout
+
+    @property
+    def idle(self) -> bool:
+        return self._state == CONTENT and not self._buf and not self._drop_ws
+
+    def feed(self, text: str) -> list[Segment]:
+        self._buf += text
+        return self._run(final=False)
+
+    def finish(self) -> list[Segment]:
+        out = self._run(final=True)
+        self._reset()
+        return out
+
+    def _run(self, final: bool) -> list[Segment]:
+        out: list[Segment] = []
+        buf, pos = self._buf, 0
+        while True:
+            markers = _THINK_MARKERS if self._state == THINK else _CONTENT_MARKERS
+            match = find_marker(buf, pos, markers, final)
+            end = len(buf) if match is None else match.pos
+            if end > pos:
+                self._emit(buf[pos:end], out)
+            if match is None or match.marker is None:
+                pos = end
+                break
+            marker = match.marker
+            pos = match.pos + len(marker.text)
+            if marker.kind == OPEN:
+                self._state = THINK
+            elif marker.kind == CLOSE:
+                self._state = CONTENT
+                self._drop_ws = True
+            else:  # a tool call begins inside reasoning: it is content for the call dialects
+                self._state = CONTENT
+                self._drop_ws = False
+                out.append(Text(marker.text))
+        self._buf = buf[pos:]
+        return out
+
+    def _emit(self, text: str, out: list[Segment]) -> None:
+        if self._state == THINK:
+            out.append(ReasoningText(text))
+            return
+        if self._drop_ws:
+            text = text.lstrip()
+            if not text:
+                return
+            self._drop_ws = False
+        out.append(Text(text))
