@@ -93,6 +93,8 @@ class StreamRewrite:
                     out += self.rewriter.close()
                 if self.rewriter.failure is not None:
                     self._fail(self.rewriter.failure)  # the core already passed the event on
+                    if not end:  # from now on bytes pass as they come: the held tail goes first
+                        out.append(self._pending_after_failure())
             except Exception as exc:  # the framing itself broke: forward what it held, as is
                 self._fail(exc)
                 out = [self._pending_after_failure()]
