@@ -131,3 +131,14 @@ def test_responses_think_in_a_message_becomes_a_reasoning_item():
     json_body = response_json("m", "<think>Pondering.</think>Answer.")
     rewrite_response_body(json_body, context)
     assert [item["type"] for item in json_body["output"]] == ["reasoning", "message"]
+
+
+def test_a_complete_declared_block_inside_think_is_a_call_and_anything_else_stays_reasoning():
+    block = '<tool_call>{"name": "get_time", "arguments": {}}</tool_call>'
+    result = chat(chat_body(["<think>verify result\n", block[:20], block[20:], "</think>Here is the answer."]))
+    assert [c["name"] for c in result["tool_calls"]] == ["get_time"]
+    assert result["reasoning_content"] == "verify result\n" and result["content"] == "Here is the answer."
+    # llama.cpp's sample: a tag inside an unterminated <think> that is no call stays reasoning
+    result = chat(chat_body(["<think><tool_call>nah uhg</tool_call>"]))
+    assert result["tool_calls"] == [] and result["reasoning_content"] == "<tool_call>nah uhg</tool_call>"
+    assert result["content"] == ""

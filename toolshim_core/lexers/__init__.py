@@ -18,7 +18,7 @@ from ..calls import CallScope
 from .base import ChainLexer, Lexer, PlainText
 from .kimi import KimiCallNamer, KimiLexer
 from .sentinel import SentinelLexer
-from .think import ThinkLexer
+from .think import ReasoningSplit, ThinkLexer
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,6 +26,9 @@ class Dialect:
     name: str
     models: re.Pattern[str]  # searched in the request's model name, case-insensitively
     make: Callable[[ScopeLexers, bool], Lexer]  # (the scope's lexers, reasoning channel?)
+    # Special-token dialects (Kimi, DeepSeek) end `<think>` themselves; tag dialects run inside
+    # `<think>` too, where only a complete, declared call leaves the reasoning.
+    special_tokens: bool = False
 
 
 def _kimi(lexers: ScopeLexers, reasoning: bool) -> Lexer:
@@ -38,7 +41,7 @@ def _hermes(lexers: ScopeLexers, reasoning: bool) -> Lexer:
 
 # In chain order: special tokens first, then tags.
 DIALECTS: tuple[Dialect, ...] = (
-    Dialect("kimi", re.compile(r"kimi|moonshot|k2", re.I), _kimi),
+    Dialect("kimi", re.compile(r"kimi|moonshot|k2", re.I), _kimi, special_tokens=True),
     Dialect("hermes", re.compile(r"qwen|qwq|hermes|nous", re.I), _hermes),
 )
 DIALECT_NAMES = tuple(d.name for d in DIALECTS)
@@ -74,13 +77,16 @@ class ScopeLexers:
         self.preopened = starts_in_reasoning(context)
 
     def new_lexer(self, *, reasoning: bool) -> Lexer:
-        if self.scope.context.tool_choice_none and reasoning:
-            return PlainText()  # no call may be made: the markup is the model's text, verbatim
-        stages: list[Lexer] = []
-        if not reasoning:
-            stages.append(ThinkLexer(preopened=self.preopened))
-        if not self.scope.context.tool_choice_none:
-            stages += [dialect.make(self, reasoning) for dialect in self._dialects]
+        """The lexer of a reasoning channel, or of a content channel (which may hold `<think>`)."""
+        if reasoning:
+            return self._calls(reasoning=True)
+        return ReasoningSplit(ThinkLexer(preopened=self.preopened), self._calls(reasoning=True, tags_only=True), self._calls(reasoning=False))
+
+    def _calls(self, *, reasoning: bool, tags_only: bool = False) -> Lexer:
+        """The chain of call dialects; none at all when no call may be made (tool_choice none)."""
+        if self.scope.context.tool_choice_none:
+            return PlainText()
+        stages = [d.make(self, reasoning) for d in self._dialects if not (tags_only and d.special_tokens)]
         return chain(stages) if stages else PlainText()
 
 

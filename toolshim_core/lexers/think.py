@@ -23,7 +23,7 @@ Only a possible tag prefix is ever held back, as in every dialect.
 
 from __future__ import annotations
 
-from .base import Marker, ReasoningText, Segment, Text, find_marker
+from .base import Lexer, Marker, ReasoningText, Segment, Text, find_marker
 
 OPEN, CLOSE, TOOLS = "open", "close", "tools"
 _PAIRS = {
@@ -104,3 +104,51 @@ class ThinkLexer:
                 return
             self._drop_ws = False
         out.append(Text(text))
+
+
+class ReasoningSplit:
+    """A content channel that may hold reasoning: `ThinkLexer` splits it, and each side runs its
+    own chain of call dialects.
+
+    Calls inside `<think>` follow parsers.md 5.11: tag dialects (Hermes, Qwen) hold a block
+    found in reasoning, bounded like any block, and make it a call only when it is complete,
+    well-formed and names a declared tool; anything else stays reasoning text. (Kimi and
+    DeepSeek sections end the reasoning in `ThinkLexer` itself and are calls.)
+    """
+
+    def __init__(self, think: ThinkLexer, reasoning: Lexer, content: Lexer) -> None:
+        self._think = think
+        self._reasoning = reasoning
+        self._content = content
+        self._side: Lexer | None = None  # the chain the last piece of text went to
+
+    @property
+    def idle(self) -> bool:
+        return self._think.idle and self._reasoning.idle and self._content.idle
+
+    def feed(self, text: str) -> list[Segment]:
+        return self._route(self._think.feed(text))
+
+    def finish(self) -> list[Segment]:
+        out = self._route(self._think.finish())
+        out += self._flush(self._reasoning) + self._flush(self._content)
+        self._side = None
+        return out
+
+    def _route(self, segments: list[Segment]) -> list[Segment]:
+        out: list[Segment] = []
+        for seg in segments:
+            side = self._reasoning if type(seg) is ReasoningText else self._content
+            if self._side is not None and self._side is not side:
+                out += self._flush(self._side)  # what one side held ends where the other begins
+            self._side = side
+            out += self._as_side(side, side.feed(seg.text))
+        return out
+
+    def _flush(self, side: Lexer) -> list[Segment]:
+        return self._as_side(side, side.finish())
+
+    def _as_side(self, side: Lexer, segments: list[Segment]) -> list[Segment]:
+        if side is self._content:
+            return segments
+        return [ReasoningText(seg.text) if type(seg) is Text else seg for seg in segments]
