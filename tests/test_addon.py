@@ -218,3 +218,16 @@ def test_offline_flows_and_other_models_are_not_emulated():
             addon.requestheaders(flow)
             addon.request(flow)
         assert flow.request.content == original
+
+
+def test_dialects_option_forces_the_set_and_refuses_unknown_names():
+    addon = ToolShim()
+    with taddons.context(addon) as tctx:
+        with pytest.raises(exceptions.OptionsError):
+            tctx.configure(addon, toolshim_dialects="kimi,klingon")
+        tctx.configure(addon, toolshim_dialects="hermes")
+        flow = chat_flow()
+        out = run_stream(addon, flow, [BODY])
+    result = check_chat_stream(out)
+    assert result["tool_calls"] == []  # Kimi markup is not read when only hermes runs
+    assert "<|tool_call_begin|>" in result["reasoning_content"]

@@ -25,6 +25,7 @@ from .calls import RewriteStats
 from .chat import ChatStreamRewriter, rewrite_chat_completion
 from .emulation import EmulatedRequest, emulate_request
 from .encoding import Decoder, incremental_decoder
+from .lexers import DIALECT_NAMES
 from .responses import ResponsesStreamRewriter, rewrite_response_body
 from .stream import SseRewriter
 from .tools import RequestContext
@@ -147,6 +148,7 @@ class ToolShim:
         self._flows: dict[str, FlowState] = {}
         self._filter: flowfilter.TFilter | None = None
         self._emulate: re.Pattern[str] | None = None
+        self._dialects: tuple[str, ...] | None = None
 
     def load(self, loader) -> None:
         loader.add_option(
@@ -183,6 +185,30 @@ class ToolShim:
             "<tool_call> blocks become tool calls. Empty: emulate nothing.",
         )
         loader.add_option(
+            "toolshim_dialects",
+            str,
+            "",
+            "Comma-separated markup dialects to repair, forcing the choice (e.g. 'kimi,hermes'). "
+            f"Known: {', '.join(DIALECT_NAMES)}. Empty: picked from the model name (a model the "
+            "table does not know gets them all).",
+        )
+        loader.add_option(
+            "toolshim_reasoning_preopened",
+            str,
+            "auto",
+            "Does the output start inside a <think> block the chat template opened (DeepSeek-R1, "
+            "QwQ, Qwen3 Thinking)? 'auto': by model name; 'yes'; 'no'.",
+            choices=["auto", "yes", "no"],
+        )
+        loader.add_option(
+            "toolshim_reasoning_field",
+            str,
+            "auto",
+            "Chat Completions: the field reasoning found in content (<think>) goes to. 'auto': the "
+            "one upstream uses in the stream, else reasoning_content.",
+            choices=["auto", "reasoning_content", "reasoning"],
+        )
+        loader.add_option(
             "toolshim_required_action",
             bool,
             False,
@@ -207,6 +233,12 @@ class ToolShim:
                 self._emulate = re.compile(pattern) if pattern else None
             except re.error as exc:
                 raise exceptions.OptionsError(f"toolshim_emulate: invalid regular expression: {exc}") from exc
+        if "toolshim_dialects" in updated:
+            names = tuple(n.strip() for n in ctx.options.toolshim_dialects.split(",") if n.strip())
+            unknown = [n for n in names if n not in DIALECT_NAMES]
+            if unknown:
+                raise exceptions.OptionsError(f"toolshim_dialects: unknown dialect(s) {unknown}; known: {list(DIALECT_NAMES)}")
+            self._dialects = names or None
         if "toolshim_max_held" in updated and ctx.options.toolshim_max_held < 1024:
             raise exceptions.OptionsError("toolshim_max_held must be at least 1024 characters")
 
@@ -233,7 +265,7 @@ class ToolShim:
         except Exception as exc:  # an unreadable request only means: no tools known
             log.info("toolshim: could not read the request body of %s: %s", flow.request.pretty_url, exc)
             return
-        state.context = RequestContext.from_request(request)
+        state.context = self._with_options(RequestContext.from_request(request))
         if self._emulates(flow, request):
             try:
                 state.emulated = emulate_request(request, state.api)
@@ -241,8 +273,16 @@ class ToolShim:
                 log.warning("toolshim: emulating tools for %s failed (%r); sent unchanged", flow.request.pretty_url, exc, exc_info=exc)
                 return
             flow.request.content = orjson.dumps(state.emulated.body)  # content-length follows
-            state.context = state.emulated.context
+            state.context = self._with_options(state.emulated.context)
             log.info("toolshim: emulating tools for %s: %s", flow.request.pretty_url, state.emulated.telemetry())
+
+    def _with_options(self, context: RequestContext) -> RequestContext:
+        context.dialects = self._dialects
+        preopened = ctx.options.toolshim_reasoning_preopened
+        context.reasoning_preopened = None if preopened == "auto" else preopened == "yes"
+        field_name = ctx.options.toolshim_reasoning_field
+        context.reasoning_field = None if field_name == "auto" else field_name
+        return context
 
     def _emulates(self, flow: http.HTTPFlow, request: object) -> bool:
         """Live requests whose model or host matches `toolshim_emulate` (offline flows were sent

@@ -178,10 +178,11 @@ class _Arguments:
 
 
 class _Call:
-    __slots__ = ("index", "id", "name", "_raw", "arguments", "counted_quoted")
+    __slots__ = ("index", "id", "name", "indexed", "_raw", "arguments", "counted_quoted")
 
     def __init__(self, index: int, call_id: str | None, name: str | None) -> None:
         self.index = index  # ours
+        self.indexed = False  # upstream gave it an index
         self.id = call_id
         self.name = name
         self._raw: list[str] = []  # upstream's argument text taken so far, to spot a snapshot
@@ -283,7 +284,10 @@ class NativeCalls:
 
         call = self._by_id.get(call_id) if call_id is not None else None
         if call is None:
-            base = self._by_index.get(upstream_index) if upstream_index is not None else (self._calls[-1] if self._calls else None)
+            current = self._calls[-1] if self._calls else None
+            base = current if upstream_index is None else self._by_index.get(upstream_index)
+            if base is None and current is not None and not current.indexed:
+                base = current  # an index first seen after a call began without one names that call
             if base is None or self._starts_new(base, call_id, name, text):
                 if call_id is None and name is None and not text:
                     return None  # nothing to start a call with
@@ -295,6 +299,7 @@ class NativeCalls:
                 self._by_id.setdefault(call_id, call)
         if upstream_index is not None:
             self._by_index[upstream_index] = call
+            call.indexed = True
         return self._continuation(call, entry, function, name, text)
 
     def _starts_new(self, base: _Call, call_id: str | None, name: str | None, text: str | None) -> bool:
@@ -322,6 +327,7 @@ class NativeCalls:
         self._by_id[call.id] = call
         if upstream_index is not None:
             self._by_index[upstream_index] = call
+            call.indexed = True
         out = {**entry, "index": call.index, "id": call.id, "type": "function"}
         out["function"] = {**function, "arguments": self._arguments(call, text or "")}
         return out

@@ -56,7 +56,6 @@ from typing import Any, Callable
 from ..calls import INVALID_JSON, CallScope
 from .base import Marker, Segment
 from .mistral import (
-    AFTER,
     CLOSED,
     MAX_NAME,
     MORE,
@@ -395,5 +394,3 @@ class LlamaLexer(UnitLexer):
         value = self._held_text()[self._value_at :]
         self._verdict(judge_entries(self.judge, value), out, trailers=self.trailers["python_tag"])
 
-
-__all__ = ["LlamaLexer", "PythonScanner", "pythonic_entries", "AFTER"]
