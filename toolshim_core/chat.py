@@ -15,8 +15,9 @@ from typing import Any
 import orjson
 
 from .calls import CallScope, RewriteStats
-from .lexers import ScopeLexers, starts_in_reasoning
+from .lexers import ScopeLexers, reads_the_start
 from .lexers.base import CallArgs, CallBegin, CallEnd, Lexer, ReasoningEnd, ReasoningText, Segment, Text
+from .native import NativeCalls
 from .sse import encode_event, parse_block
 from .stream import SseRewriter
 from .tools import RequestContext
@@ -46,18 +47,19 @@ class ChoiceRewriter:
         # uses for reasoning in this choice, else the configured one.
         self._reasoning_keys: tuple[str, ...] | None = None
         self._reasoning_field = context.reasoning_field or "reasoning_content"
+        self._reads_start = reads_the_start(context)
         self._lexers: dict[tuple[str, ...], Lexer] = {}
         self._reasoning_over: set[tuple[str, ...]] = set()  # channels whose `</think>` leaked
-        self._native_index: dict[Any, int] = {}
         self._open_index: int | None = None
         self.next_index = 0
+        self.native = NativeCalls(self._allocate_native, self._scope.mint_call_id)  # upstream's own calls
 
     @property
     def idle(self) -> bool:
         """Nothing held, and text with no marker would pass as it came."""
-        if self._dialects.preopened and (CONTENT,) not in self._lexers:
-            return False  # content will start inside reasoning: it must be read
-        return all(lexer.idle for lexer in self._lexers.values())
+        if self._reads_start and (CONTENT,) not in self._lexers:
+            return False  # the start of the content must be read (pre-opened reasoning, bare JSON)
+        return self.native.idle and all(lexer.idle for lexer in self._lexers.values())
 
     def feed(self, channel: tuple[str, ...], text: str, parts: list[Part]) -> None:
         lexer = self._lexers.get(channel)
@@ -72,18 +74,17 @@ class ChoiceRewriter:
         for channel, lexer in self._lexers.items():
             self._place(channel, lexer.finish(), parts)
 
-    def native_index(self, upstream_index: Any) -> int:
+    def _allocate_native(self) -> int:
         """Upstream's own tool calls keep their order but share our index space."""
-        if upstream_index not in self._native_index:
-            self._native_index[upstream_index] = self.next_index
-            self.next_index += 1
-            self._scope.note_upstream_call()
-        return self._native_index[upstream_index]
+        index = self.next_index
+        self.next_index += 1
+        self._scope.note_upstream_call()
+        return index
 
     @property
     def emitted_calls(self) -> bool:
         """True once this choice holds a call of ours (upstream's own ones do not count)."""
-        return self.next_index > len(self._native_index)
+        return self.next_index > self.native.emitted
 
     def _place(self, channel: tuple[str, ...], segments: list[Segment], parts: list[Part]) -> None:
         for seg in segments:
@@ -160,7 +161,7 @@ class ChatStreamRewriter(SseRewriter):
         self._max_held = max_held
         self._choices: dict[Any, ChoiceRewriter] = {}
         self._template: dict[str, Any] | None = None  # metadata of the last chunk read
-        self._starts_in_reasoning = starts_in_reasoning(context)
+        self._reads_start = reads_the_start(context)
         # Until upstream's reasoning field is seen, events naming one are read: reasoning moved
         # out of `content` must go to the field upstream uses.
         self._reasoning_field_known = False
@@ -168,7 +169,7 @@ class ChatStreamRewriter(SseRewriter):
     # -- events ----------------------------------------------------------------------------------
 
     def _all_idle(self) -> bool:
-        if not self._choices and self._starts_in_reasoning:
+        if not self._choices and self._reads_start:
             return False
         return all(choice.idle for choice in self._choices.values())
 
@@ -245,16 +246,19 @@ class ChatStreamRewriter(SseRewriter):
             if not (len(produced) == 1 and produced[0] == ("text", channel, text)) and not (not produced and not text):
                 unchanged = False
         native = delta.get("tool_calls")
+        natives: list[dict[str, Any]] = []
         if isinstance(native, list):
-            for call in native:
-                if isinstance(call, dict) and state.native_index(call.get("index")) != call.get("index"):
-                    unchanged = False  # upstream's own calls move past the ones we emitted
+            natives = state.native.feed(native)
+            if state.native.changed:
+                unchanged = False  # renumbered past the calls we emitted, or repaired
+        held: list[dict[str, Any]] = []
         if finish is not None:
             before = len(parts)
             state.finish(parts)
-            if len(parts) > before:
+            held = state.native.finish()
+            if len(parts) > before or held:
                 unchanged = False
-            if finish == "stop" and state.emitted_calls:
+            if finish == "stop" and (state.emitted_calls or state.native.emitted):
                 finish = "tool_calls"
                 self.stats.finish_reasons_changed += 1
                 unchanged = False
@@ -263,13 +267,10 @@ class ChatStreamRewriter(SseRewriter):
 
         head = {k: v for k, v in delta.items() if k not in TEXT_KEYS and k != "tool_calls"}
         deltas = parts_to_deltas(parts)
-        natives = [
-            {**call, "index": state.native_index(call.get("index"))}
-            for call in (native if isinstance(native, list) else ())
-            if isinstance(call, dict)
-        ]
         if natives:
             deltas.append({"tool_calls": natives})
+        if held:
+            deltas.append({"tool_calls": held})
         if head:
             if deltas and "tool_calls" not in deltas[0]:
                 deltas[0] = {**head, **deltas[0]}
@@ -300,7 +301,8 @@ class ChatStreamRewriter(SseRewriter):
         for index, state in self._choices.items():
             parts: list[Part] = []
             state.finish(parts)
-            for delta in parts_to_deltas(parts):
+            held = state.native.finish()
+            for delta in [*parts_to_deltas(parts), *([{"tool_calls": held}] if held else [])]:
                 chunk = {**self._template, "choices": [{"index": index, "delta": delta, "logprobs": None, "finish_reason": None}]}
                 out.append(encode_event(orjson.dumps(chunk)))
         return out

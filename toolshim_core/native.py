@@ -16,16 +16,22 @@ sequence of arguments that arrive double encoded (at most 11 characters per call
 
 Which call an entry belongs to, in this order:
 1. an `id` seen before names its call;
-2. otherwise the call last seen at the entry's `index`, or, without an index, the current call
-   (the last one started), unless the entry starts a new one: a new `id` (except while that
-   call's arguments are unfinished and the name is absent or the same: a server that mints an
-   id per delta), a different `function.name`, or the same name with new arguments after the
-   call's arguments were already a complete JSON value;
+2. otherwise the call last seen at the entry's `index`; without an index (or while the current
+   call, the last one started, began without one), the current call. Unless the entry starts a
+   new call: a new `id` (except while that call's arguments are unfinished and the name is
+   absent or the same: a server that mints an id per delta), a different `function.name`, or
+   the same name with new arguments once the call's arguments are a complete JSON value;
 3. with neither, a new call, if the entry carries anything (an entry with no id, no name and
    no arguments is dropped).
 
+A snapshot is arguments that parse as a whole object and either equal, as a value, what the
+call took so far, or start with its text. The second test can in theory mistake a genuine
+delta for one: a delta holding a whole nested object that begins with all the text so far
+(`{"a": [` then `{"a": []}`); no tokenizer splits that way in practice.
+
 Not repaired (they need holding a whole call): deltas of two calls interleaved across chunks
-(within one chunk they are regrouped), a name split over deltas (passed on as it comes).
+(within one chunk they are regrouped), a name split over deltas (passed on as it comes), a
+first entry without a name (a later name is passed on in a continuation: the SDKs join it).
 """
 
 from __future__ import annotations
@@ -48,7 +54,7 @@ SNAPSHOT = "snapshot"  # the arguments sent again in full: only the new suffix k
 DOUBLE_ENCODED = "double_encoded"  # arguments as a JSON string of the object text: unquoted
 OBJECT_ARGUMENTS = "object_arguments"  # arguments as a JSON value, not a string: serialised
 MERGED = "merged"  # several entries for one call in one chunk: joined
-DROPPED = "dropped"  # an entry that carried nothing (or not a dict)
+DROPPED = "dropped"  # an entry with nothing to send (not a dict, empty, or all held/known)
 
 _WHITESPACE = " \t\r\n"
 _ESCAPES = {'"': '"', "\\": "\\", "/": "/", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t"}
@@ -178,7 +184,7 @@ class _Arguments:
 
 
 class _Call:
-    __slots__ = ("index", "id", "name", "indexed", "_raw", "arguments", "counted_quoted")
+    __slots__ = ("index", "id", "name", "indexed", "_raw", "_last", "arguments", "counted_quoted")
 
     def __init__(self, index: int, call_id: str | None, name: str | None) -> None:
         self.index = index  # ours
@@ -186,8 +192,13 @@ class _Call:
         self.id = call_id
         self.name = name
         self._raw: list[str] = []  # upstream's argument text taken so far, to spot a snapshot
+        self._last = ""  # its last character other than whitespace
         self.arguments = _Arguments()
         self.counted_quoted = False
+
+    @property
+    def taken(self) -> bool:
+        return bool(self._raw)
 
     @property
     def raw(self) -> str:
@@ -198,14 +209,14 @@ class _Call:
     def take(self, text: str) -> None:
         if text:
             self._raw.append(text)
+            self._last = text.rstrip(_WHITESPACE)[-1:] or self._last
 
     def complete(self) -> bool:
         """The arguments so far are a whole JSON value (cheap test first: most are not)."""
-        raw = self.raw.rstrip(_WHITESPACE)
-        if not raw or raw[-1] not in '}"]':
+        if self._last not in ("}", '"'):
             return False
         try:
-            orjson.loads(raw)
+            orjson.loads(self.raw)
         except ValueError:
             return False
         return True
@@ -286,8 +297,8 @@ class NativeCalls:
         if call is None:
             current = self._calls[-1] if self._calls else None
             base = current if upstream_index is None else self._by_index.get(upstream_index)
-            if base is None and current is not None and not current.indexed:
-                base = current  # an index first seen after a call began without one names that call
+            if current is not None and not current.indexed and (base is None or call_id is None):
+                base = current  # the current call began without an index: an index now names it
             if base is None or self._starts_new(base, call_id, name, text):
                 if call_id is None and name is None and not text:
                     return None  # nothing to start a call with
@@ -304,7 +315,7 @@ class NativeCalls:
 
     def _starts_new(self, base: _Call, call_id: str | None, name: str | None, text: str | None) -> bool:
         if call_id is not None:  # an id not seen before
-            return not (name in (None, base.name) and base.raw and not base.complete())
+            return not (name in (None, base.name) and base.taken and not base.complete())
         if name is None or base.name is None:
             return False
         if name != base.name:
@@ -336,7 +347,7 @@ class NativeCalls:
         self, call: _Call, entry: dict[str, Any], function: dict[str, Any], name: str | None, text: str | None
     ) -> dict[str, Any] | None:
         if text is not None:
-            suffix = self._snapshot_suffix(call, text) if call.raw else None
+            suffix = self._snapshot_suffix(call, text) if call.taken else None
             if suffix is not None:
                 self.repairs[SNAPSHOT] += 1
                 text = suffix

@@ -17,6 +17,9 @@ from dataclasses import dataclass
 from ..calls import CallScope
 from .base import ChainLexer, Lexer, PlainText
 from .kimi import KimiCallNamer, KimiLexer
+from .llama import LlamaLexer
+from .xml_calls import GlmLexer, MiniMaxLexer, QwenXmlLexer
+from .mistral import MistralLexer
 from .sentinel import SentinelLexer
 from .think import ReasoningSplit, ThinkLexer
 
@@ -39,10 +42,42 @@ def _hermes(lexers: ScopeLexers, reasoning: bool) -> Lexer:
     return SentinelLexer(lexers.scope, max_held=lexers.max_held)
 
 
+def _qwen_xml(lexers: ScopeLexers, reasoning: bool) -> Lexer:
+    return QwenXmlLexer(lexers.scope, max_held=lexers.max_held)
+
+
+def _glm(lexers: ScopeLexers, reasoning: bool) -> Lexer:
+    return GlmLexer(lexers.scope, max_held=lexers.max_held)
+
+
+def _minimax(lexers: ScopeLexers, reasoning: bool) -> Lexer:
+    return MiniMaxLexer(lexers.scope, max_held=lexers.max_held)
+
+
+def _mistral(lexers: ScopeLexers, reasoning: bool) -> Lexer:
+    return MistralLexer(lexers.scope, max_held=lexers.max_held)
+
+
+def _llama(lexers: ScopeLexers, reasoning: bool) -> Lexer:
+    # bare JSON calls only for a model known to be a Llama (prose can hold JSON)
+    bare_json = not reasoning and bool(_LLAMA_MODELS.search(lexers.scope.context.model))
+    return LlamaLexer(lexers.scope, max_held=lexers.max_held, bare_json=bare_json)
+
+
+_LLAMA_MODELS = re.compile(r"llama|functionary", re.I)
+
+
 # In chain order: special tokens first, then tags.
 DIALECTS: tuple[Dialect, ...] = (
     Dialect("kimi", re.compile(r"kimi|moonshot|k2", re.I), _kimi, special_tokens=True),
+    Dialect("mistral", re.compile(r"mistral|magistral|ministral|devstral|codestral|mixtral|pixtral", re.I), _mistral, special_tokens=True),
+    # Hermes before the XML dialects: they share `<tool_call>`, and each takes only what follows
+    # it in its own form (`{`, `<function=`, a name), releasing the rest at once.
     Dialect("hermes", re.compile(r"qwen|qwq|hermes|nous", re.I), _hermes),
+    Dialect("qwen_xml", re.compile(r"qwen|seed-oss", re.I), _qwen_xml),
+    Dialect("glm", re.compile(r"glm|zhipu|z-ai", re.I), _glm),
+    Dialect("minimax", re.compile(r"minimax", re.I), _minimax),
+    Dialect("llama", _LLAMA_MODELS, _llama),
 )
 DIALECT_NAMES = tuple(d.name for d in DIALECTS)
 
@@ -56,6 +91,13 @@ def starts_in_reasoning(context) -> bool:
     if context.reasoning_preopened is not None:
         return context.reasoning_preopened
     return bool(PREOPENED_MODELS.search(context.model))
+
+
+def reads_the_start(context) -> bool:
+    """Must the start of the content be read even without a marker in it? (Reasoning that
+    starts pre-opened; a Llama's bare JSON call.) Then no fast path may skip it."""
+    bare_json = "llama" in [d.name for d in dialects_for(context.model, context.dialects)] and _LLAMA_MODELS.search(context.model)
+    return starts_in_reasoning(context) or bool(bare_json)
 
 
 def dialects_for(model: str, forced: tuple[str, ...] | None) -> tuple[Dialect, ...]:

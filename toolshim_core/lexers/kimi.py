@@ -64,6 +64,13 @@ KEEP, HOLD, DROP = "keep", "hold", "drop"  # what happens to whitespace after ma
 MAX_HEADER = 256  # a call header longer than this is not a header: release it as text
 
 _CANONICAL_HEADER = re.compile(r"(?:functions\.)?(?P<name>[A-Za-z0-9_-]{1,64}):(?P<n>\d+)")
+_ODD_PREFIX = re.compile(r"^(?:functions|call)[._]?")
+_ODD_COUNTER = re.compile(r"[:._]?\d+$")
+
+
+def _header_core(header: str) -> str:
+    """What is left of an odd header once its prefix and counter are gone."""
+    return _ODD_COUNTER.sub("", _ODD_PREFIX.sub("", header)).strip()
 
 
 class KimiCallNamer:
@@ -82,8 +89,11 @@ class KimiCallNamer:
         """The tool a header names, or None when only the arguments can tell (or nothing can).
 
         Order (research: parsers.md section 5): strip `functions.` and `:N`; a declared name
-        wins; else a declared name inside the header (`functionsexec5`); with one declared tool,
-        that tool. Without declared tools only the canonical spellings are trusted.
+        wins. Odd spellings (`functionsexec5`, `functions_NAME_3`, `call00003`) lose a leading
+        `functions`/`call` and a trailing counter: a declared name left is the name; nothing left
+        (a bare counter) means the only declared tool, or the arguments tell. A name that is
+        left but not declared stays visible: `functions.invalid_get_weather.0` is no call to
+        `valid_get_weather`. Without declared tools only the canonical spellings are trusted.
         """
         header = header.strip()
         canonical = _CANONICAL_HEADER.fullmatch(header)
@@ -96,15 +106,16 @@ class KimiCallNamer:
         if not self._tools:
             bare = header.removeprefix("functions.")
             return bare if header.startswith("functions.") and TOOL_NAME.fullmatch(bare) else None
-        inside = [name for name in self._tools if name in header]
-        if inside:
-            return max(inside, key=len)
-        if len(self._tools) == 1:
+        core = _header_core(header)
+        if core in self._tools:
+            return core
+        if not core and len(self._tools) == 1:
             return next(iter(self._tools))
         return None
 
-    def can_infer(self) -> bool:
-        return len(self._tools) > 1
+    def can_infer(self, header: str) -> bool:
+        """Only a header naming nothing (a bare counter) leaves the name to the arguments."""
+        return len(self._tools) > 1 and bool(header.strip()) and not _header_core(header.strip())
 
     def name_from_arguments(self, arguments: str) -> str | None:
         """Pick the declared tool whose parameters best fit the argument keys (unique best)."""
@@ -299,7 +310,7 @@ class KimiLexer:
             out.append(CallBegin(self._namer.id_for(self._header, name), name))
             self._state = ARGS
             self._args_sent = False
-        elif self._namer.can_infer() and self._header.strip():
+        elif self._namer.can_infer(self._header):
             self._state = INFER
             self._held_args = []
             self._held_size = 0

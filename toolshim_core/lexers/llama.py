@@ -72,10 +72,12 @@ from .mistral import (
 from .sentinel import compact_json
 
 FUNCTION = Marker("<function=", "function")
+FUNCTION_NAMED = Marker('<function name="', "function")  # the drift spelling llama.cpp accepts
 FUNCTION_END = Marker("</function>", "function_end")
 PYTHON_START = Marker("<|python_start|>", "pythonic")
 PYTHON_END = Marker("<|python_end|>", "python_end")
 PYTHON_TAG = Marker("<|python_tag|>", "python_tag")
+BARE_JSON = Marker("", "python_tag")  # Llama 3.x JSON at the start of the text, without the tag
 EOM = Marker("<|eom_id|>", "eom")
 EOT = Marker("<|eot_id|>", "eot")
 
@@ -225,14 +227,39 @@ def _literal(node: ast.expr) -> Any:
 class LlamaLexer(UnitLexer):
     """Incremental lexer for the Llama 3.1 / 3.x / 4 tool-call markup (see the module docstring)."""
 
-    markers = (FUNCTION, PYTHON_START, PYTHON_TAG)
+    markers = (FUNCTION, FUNCTION_NAMED, PYTHON_START, PYTHON_TAG)
     trailers = {"pythonic": (PYTHON_END,), "python_tag": (EOM, EOT)}
     separators = {"python_tag": ";"}
 
-    def __init__(self, scope: CallScope, *, max_held: int = 1 << 20) -> None:
+    def __init__(self, scope: CallScope, *, max_held: int = 1 << 20, bare_json: bool = False) -> None:
         self._json = JsonScanner(stops="<")
         self._python = PythonScanner()
+        # Llama 3.x writes its JSON calls without `<|python_tag|>` too. Bare JSON is read only
+        # when the model is known to be a Llama, and only at the very start of the text (vLLM's
+        # llama3_json does the same): JSON later in prose is prose.
+        self._bare_json = bare_json
         super().__init__(scope, max_held=max_held)
+
+    def _reset(self) -> None:
+        super()._reset()
+        self._at_start = self._bare_json
+
+    @property
+    def idle(self) -> bool:
+        return not self._at_start and super().idle
+
+    def _scan_text(self, buf: str, pos: int, out: list[Segment], final: bool) -> int | None:
+        if self._at_start:
+            end = _WS.match(buf, pos).end()
+            if end == len(buf):
+                self._tail = buf[pos:]  # only whitespace so far: the start is still to come
+                return None
+            self._at_start = False
+            if buf[end] == "{":  # as if `<|python_tag|>` came first
+                self._open(BARE_JSON)
+                self._take(buf[pos:end])
+                return end
+        return super()._scan_text(buf, pos, out, final)
 
     def _dialect_handlers(self) -> dict[str, Callable[[str, int, list[Segment], bool], int | None]]:
         return {
@@ -247,6 +274,7 @@ class LlamaLexer(UnitLexer):
         }
 
     def _opens(self, marker: Marker) -> str:
+        self._quoted = marker is FUNCTION_NAMED  # the name ends at `">`, not at `>`
         return {FUNCTION.kind: FUNC_NAME, PYTHON_START.kind: PY_OPEN, PYTHON_TAG.kind: TAG_OPEN}[marker.kind]
 
     def _continues(self, c: str) -> str | None:
@@ -256,6 +284,7 @@ class LlamaLexer(UnitLexer):
         return None
 
     def _reset_unit(self) -> None:
+        self._quoted = False
         self._name = ""
         self._value_at = 0  # where the value begins in the held text
         self._value_end = -1  # FUNC_END: where it ended
@@ -284,10 +313,14 @@ class LlamaLexer(UnitLexer):
             return end
         if end == n:
             return None
-        if buf[end] == ">" and self._name:
-            self._take(">")
+        close = '">' if self._quoted else ">"
+        if self._name and buf.startswith(close, end):
+            self._take(close)
             self._state = FUNC_OPEN
-            return end + 1
+            return end + len(close)
+        if self._name and close.startswith(buf[end:]):  # `"` at the end: the `>` may follow
+            self._tail = buf[end:]
+            return None
         self._release(out)
         return end
 

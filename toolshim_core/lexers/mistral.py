@@ -15,7 +15,8 @@ States (`_state`), and what moves between them:
 
     TEXT       --`[TOOL_CALLS]`-------------------------->  CALLS      (the token is held)
     CALLS      --whitespace, `▁`------------------------->  CALLS      (held)
-    CALLS      --`[`------------------------------------->  LIST       (a JSON list is scanned)
+    CALLS      --`[`------------------------------------->  LIST_OPEN
+    LIST_OPEN  --whitespace, then `{`-------------------->  LIST       (a JSON list of objects is scanned)
     CALLS      --a name character------------------------>  NAME
     NAME       --`[CALL_ID]`----------------------------->  CALL_ID    (the model's id follows)
     NAME       --`[ARGS]`-------------------------------->  ARGS_OPEN
@@ -28,7 +29,8 @@ States (`_state`), and what moves between them:
     AFTER      --`[TOOL_CALLS]`-------------------------->  CALLS      (v11: the next call)
     AFTER      --a name character------------------------>  NAME       (v13+: the next call)
     AFTER      --anything else--------------------------->  TEXT
-    CALLS, NAME, CALL_ID, ARGS_OPEN --anything else------>  TEXT       (not a call: released at once)
+    CALLS, LIST_OPEN, NAME, CALL_ID, ARGS_OPEN
+               --anything else--------------------------->  TEXT       (not a call: released at once)
     LIST, ARGS --`[TOOL_CALLS]` outside strings---------->  TEXT       (cut short: released, TEXT reads the token)
     any state but TEXT, AFTER --more than `max_held` held-> TEXT       (released as text)
     finish: a unit still open is incomplete (its value never closed): text.
@@ -50,7 +52,7 @@ from .base import CallArgs, CallBegin, CallEnd, Marker, Segment, Text, find_mark
 from .sentinel import ToolCallJudge, compact_json
 
 TEXT, AFTER = "text", "after"
-CALLS, LIST, NAME, CALL_ID, ARGS_OPEN, ARGS = "calls", "list", "name", "call_id", "args_open", "args"
+CALLS, LIST_OPEN, LIST, NAME, CALL_ID, ARGS_OPEN, ARGS = "calls", "list_open", "list", "name", "call_id", "args_open", "args"
 
 TOOL_CALLS = Marker("[TOOL_CALLS]", "tool_calls")
 _ARGS = Marker("[ARGS]", "args")
@@ -549,6 +551,7 @@ class MistralLexer(UnitLexer):
     def _dialect_handlers(self) -> dict[str, Callable[[str, int, list[Segment], bool], int | None]]:
         return {
             CALLS: self._scan_calls,
+            LIST_OPEN: self._scan_list_open,
             NAME: self._scan_name,
             CALL_ID: self._scan_call_id,
             ARGS_OPEN: self._scan_args_open,
@@ -579,11 +582,36 @@ class MistralLexer(UnitLexer):
             return None
         c = buf[end]
         if c == "[":
-            self._state = LIST
+            found = marker_at(buf, end, (TOOL_CALLS,))
+            if found == PARTIAL and not final:
+                self._tail = buf[end:]
+                return None
+            if found == TOOL_CALLS:  # the token twice: the first is text, TEXT reads the second
+                self._release(out)
+                return end
             self._value_at = self._size
-        elif _NAME_CHAR.match(c):
+            self._take("[")
+            self._scanner.take("[")
+            self._state = LIST_OPEN
+            self._over_cap(out)
+            return end + 1
+        if _NAME_CHAR.match(c):
             self._state = NAME
         else:  # e.g. the token quoted in prose: shown at once, so the prose streams live
+            self._release(out)
+        return end
+
+    def _scan_list_open(self, buf: str, pos: int, out: list[Segment], final: bool) -> int | None:
+        """LIST_OPEN: a list of calls holds objects; `[TOOL_CALLS] [see below]` is prose, shown at once."""
+        end = _WS.match(buf, pos, self._room(pos, len(buf))).end()
+        self._take(buf[pos:end])
+        if self._over_cap(out):
+            return end
+        if end == len(buf):
+            return None
+        if buf[end] == "{":
+            self._state = LIST
+        else:
             self._release(out)
         return end
 

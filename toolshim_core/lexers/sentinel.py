@@ -204,14 +204,14 @@ class ToolCallJudge:
                 notes.append((REPAIRED_JSON, f"{name}: arguments repaired"))
         else:
             raise _Rejected(STRICT_FAILURE if spec.strict else INVALID_JSON, f"{name}: arguments are not an object")
-        error = self._schema_error(spec, arguments)
+        error = self.schema_error(spec, arguments)
         if error is not None:
             if spec.strict:
                 raise _Rejected(STRICT_FAILURE, f"{name}: {error}")
             notes.append((SCHEMA_MISMATCH, f"{name}: {error}"))
         return ParsedCall(name, text, tuple(notes))
 
-    def _schema_error(self, spec: ToolSpec, arguments: dict[str, Any]) -> str | None:
+    def schema_error(self, spec: ToolSpec, arguments: dict[str, Any]) -> str | None:
         """Why `arguments` do not fit the tool's parameters, or None (fits, or no schema)."""
         if spec.name not in self._validators:
             validator, problem = _validator(spec.parameters)

@@ -35,7 +35,13 @@ _PAIRS = {
 }
 # Markup that starts tool calls: a model that calls a tool is done reasoning (vLLM's kimi_k2
 # reasoning parser and SGLang treat the section begin as an implicit `</think>`).
-_TOOL_STARTS = ("<|tool_calls_section_begin|>", "<|tool_call_begin|>", "<｜tool▁calls▁begin｜>", "<｜tool▁call▁begin｜>")
+_TOOL_STARTS = (
+    "<|tool_calls_section_begin|>",
+    "<|tool_call_begin|>",
+    "<｜tool▁calls▁begin｜>",
+    "<｜tool▁call▁begin｜>",
+    "[TOOL_CALLS]",
+)
 
 _CONTENT_MARKERS = (*(Marker(t, OPEN) for t in _PAIRS), *(Marker(t, CLOSE) for t in _PAIRS.values()))
 _THINK_MARKERS = (*(Marker(t, CLOSE) for t in _PAIRS.values()), *(Marker(t, TOOLS) for t in _TOOL_STARTS))
