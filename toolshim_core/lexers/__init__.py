@@ -16,6 +16,8 @@ from dataclasses import dataclass
 
 from ..calls import CallScope
 from .base import ChainLexer, Lexer, PlainText
+from .deepseek import DeepSeekLexer
+from .harmony import HarmonyLexer
 from .kimi import KimiCallNamer, KimiLexer
 from .llama import LlamaLexer
 from .xml_calls import GlmLexer, MiniMaxLexer, QwenXmlLexer
@@ -54,6 +56,14 @@ def _minimax(lexers: ScopeLexers, reasoning: bool) -> Lexer:
     return MiniMaxLexer(lexers.scope, max_held=lexers.max_held)
 
 
+def _deepseek(lexers: ScopeLexers, reasoning: bool) -> Lexer:
+    return DeepSeekLexer(lexers.scope, max_held=lexers.max_held, reasoning=reasoning)
+
+
+def _harmony(lexers: ScopeLexers, reasoning: bool) -> Lexer:
+    return HarmonyLexer(lexers.scope, max_held=lexers.max_held)
+
+
 def _mistral(lexers: ScopeLexers, reasoning: bool) -> Lexer:
     return MistralLexer(lexers.scope, max_held=lexers.max_held)
 
@@ -70,6 +80,8 @@ _LLAMA_MODELS = re.compile(r"llama|functionary", re.I)
 # In chain order: special tokens first, then tags.
 DIALECTS: tuple[Dialect, ...] = (
     Dialect("kimi", re.compile(r"kimi|moonshot|k2", re.I), _kimi, special_tokens=True),
+    Dialect("deepseek", re.compile(r"deepseek", re.I), _deepseek, special_tokens=True),
+    Dialect("harmony", re.compile(r"gpt-oss|gpt_oss", re.I), _harmony, special_tokens=True),
     Dialect("mistral", re.compile(r"mistral|magistral|ministral|devstral|codestral|mixtral|pixtral", re.I), _mistral, special_tokens=True),
     # Hermes before the XML dialects: they share `<tool_call>`, and each takes only what follows
     # it in its own form (`{`, `<function=`, a name), releasing the rest at once.

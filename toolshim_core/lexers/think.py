@@ -41,6 +41,8 @@ _TOOL_STARTS = (
     "<｜tool▁calls▁begin｜>",
     "<｜tool▁call▁begin｜>",
     "[TOOL_CALLS]",
+    "<｜DSML｜function_calls>",  # DeepSeek V3.2 / V4 may open its calls before </think>
+    "<｜DSML｜tool_calls>",
 )
 
 _CONTENT_MARKERS = (*(Marker(t, OPEN) for t in _PAIRS), *(Marker(t, CLOSE) for t in _PAIRS.values()))
