@@ -209,6 +209,22 @@ class ToolShim:
             choices=["auto", "reasoning_content", "reasoning"],
         )
         loader.add_option(
+            "toolshim_extensions",
+            bool,
+            False,
+            "Chat Completions, non-streaming: add seed 002's `extensions` (reasoning_chunks, "
+            "tool_call_chunks) to the body. Not OpenAI wire format; strict clients may reject it.",
+        )
+        loader.add_option(
+            "toolshim_parse_error_chunk",
+            bool,
+            False,
+            "Chat Completions, streaming: when markup failed to parse as a call (invalid JSON, a "
+            "strict tool's schema), end the choice with seed 002's `finish_reason: \"error\"` chunk "
+            "and an `error` object. The markup is still sent as text. openai-python raises "
+            "APIError on such a chunk: only for clients that expect it.",
+        )
+        loader.add_option(
             "toolshim_required_action",
             bool,
             False,
@@ -282,6 +298,8 @@ class ToolShim:
         context.reasoning_preopened = None if preopened == "auto" else preopened == "yes"
         field_name = ctx.options.toolshim_reasoning_field
         context.reasoning_field = None if field_name == "auto" else field_name
+        context.extensions = ctx.options.toolshim_extensions
+        context.parse_error_chunk = ctx.options.toolshim_parse_error_chunk
         return context
 
     def _emulates(self, flow: http.HTTPFlow, request: object) -> bool:

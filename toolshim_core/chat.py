@@ -14,7 +14,7 @@ from typing import Any
 
 import orjson
 
-from .calls import CallScope, RewriteStats
+from .calls import INVALID_JSON, STRICT_FAILURE, CallScope, RewriteStats
 from .lexers import ScopeLexers, reads_the_start
 from .lexers.base import CallArgs, CallBegin, CallEnd, Lexer, ReasoningEnd, ReasoningText, Segment, Text
 from .native import NativeCalls
@@ -25,6 +25,7 @@ from .tools import RequestContext
 CONTENT = "content"
 REASONING_KEYS = ("reasoning_content", "reasoning")  # SGLang/Moonshot, vLLM/OpenRouter
 TEXT_KEYS = (*REASONING_KEYS, CONTENT)
+PARSE_FAILURES = (INVALID_JSON, STRICT_FAILURE)
 # Upstream's own tool calls in a chunk: they take call indices, so the chunk must be read.
 _UPSTREAM_CALLS = re.compile(rb'"tool_calls"\s*:\s*\[\s*\{')
 # Mistral's bracket markers, or a text that ends in what may begin one (`… [TOO"`). The JSON's
@@ -174,7 +175,7 @@ class ChatStreamRewriter(SseRewriter):
         return all(choice.idle for choice in self._choices.values())
 
     def _on_block(self, raw: bytes) -> list[bytes]:
-        quiet = not self.stats.calls and self._all_idle()
+        quiet = not self.stats.calls and self._all_idle() and not (self._context.parse_error_chunk and self.stats.problems)
         if (
             quiet
             and b"<" not in raw
@@ -262,6 +263,10 @@ class ChatStreamRewriter(SseRewriter):
                 finish = "tool_calls"
                 self.stats.finish_reasons_changed += 1
                 unchanged = False
+            parse_error = self._parse_error() if self._context.parse_error_chunk else None
+            if parse_error is not None:
+                finish = "error"
+                unchanged = False
         if unchanged:
             return None
 
@@ -286,9 +291,18 @@ class ChatStreamRewriter(SseRewriter):
         if finish is not None:
             # finish_reason travels alone, after the last arguments (vLLM #44098)
             out.append({**self._template, "choices": [{"index": index, "delta": {}, "logprobs": None, "finish_reason": finish}]})
+            if finish == "error":
+                out[-1]["error"] = parse_error
         if out and extras:
             out[-1]["choices"][0].update(extras)
         return out
+
+    def _parse_error(self) -> dict[str, Any] | None:
+        """Seed 002's error chunk: the first note of markup that did not parse as a call."""
+        for note in self.stats.notes:
+            if note.startswith(PARSE_FAILURES):
+                return {"message": f"Tool call parsing failed: {note}", "type": "tool_call_parse_error"}
+        return None
 
     def _at_end(self) -> list[bytes]:
         return self._flush_all()
@@ -339,6 +353,9 @@ def rewrite_chat_completion(
             else:
                 calls[part[1]]["function"]["arguments"] += part[2]
         if not calls and texts == {key: text for channel, text in channels for key in channel if text}:
+            if context.extensions and parts:
+                _add_extensions(body, parts)
+                changed = True
             continue  # no markup in this message
         changed = True
         for channel, _ in channels:
@@ -348,6 +365,8 @@ def rewrite_chat_completion(
             message[CONTENT] = ((message.get(CONTENT) or "") + texts.pop(CONTENT)).strip() or None
         for key, text in texts.items():  # reasoning that was in content (`<think>`)
             message[key] = ((message.get(key) or "") + text).strip() or None
+        if context.extensions:
+            _add_extensions(body, parts)
         if calls:
             native = message.get("tool_calls") if isinstance(message.get("tool_calls"), list) else []
             message["tool_calls"] = native + [calls[i] for i in sorted(calls)]
@@ -357,3 +376,24 @@ def rewrite_chat_completion(
                 choice["finish_reason"] = "tool_calls"
                 stats.finish_reasons_changed += 1
     return stats if changed else None
+
+
+def _add_extensions(body: dict[str, Any], parts: list[Part]) -> None:
+    """Seed 002's `extensions` of a non-streaming body (option toolshim_extensions): the
+    reasoning pieces and the call events the rewrite found, in order."""
+    reasoning = [part[2] for part in parts if part[0] == "text" and part[1][0] != CONTENT and part[2].strip()]
+    ids: dict[int, str] = {}
+    tool_call_chunks: list[dict[str, Any]] = []
+    for part in parts:
+        if part[0] == "call":
+            if ids:
+                tool_call_chunks.append({"type": "end", "tool_call_id": ids[max(ids)]})
+            ids[part[1]] = part[2]
+            tool_call_chunks.append({"type": "start", "tool_call_id": part[2], "tool_name": part[3]})
+        elif part[0] == "args":
+            tool_call_chunks.append({"type": "args", "tool_call_id": ids[part[1]], "delta": part[2]})
+    if ids:
+        tool_call_chunks.append({"type": "end", "tool_call_id": ids[max(ids)]})
+    extensions = body.setdefault("extensions", {})
+    extensions.setdefault("reasoning_chunks", []).extend(reasoning)
+    extensions.setdefault("tool_call_chunks", []).extend(tool_call_chunks)

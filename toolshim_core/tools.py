@@ -41,6 +41,11 @@ class RequestContext:
     dialects: tuple[str, ...] | None = None
     reasoning_preopened: bool | None = None
     reasoning_field: str | None = None
+    # Seed 002's non-OpenAI additions, off by default (options toolshim_extensions and
+    # toolshim_parse_error_chunk): `extensions` in non-streaming Chat bodies, and a final
+    # `finish_reason: "error"` chunk when markup failed to parse as a call.
+    extensions: bool = False
+    parse_error_chunk: bool = False
 
     @classmethod
     def from_body(cls, body: bytes | None) -> RequestContext:
