@@ -60,6 +60,8 @@ class ChoiceRewriter:
         """Nothing held, and text with no marker would pass as it came."""
         if self._reads_start and (CONTENT,) not in self._lexers:
             return False  # the start of the content must be read (pre-opened reasoning, bare JSON)
+        if self.native.emitted:
+            return False  # upstream made calls: its finish_reason must be read ("stop" is wrong)
         return self.native.idle and all(lexer.idle for lexer in self._lexers.values())
 
     def feed(self, channel: tuple[str, ...], text: str, parts: list[Part]) -> None:

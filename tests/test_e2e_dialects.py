@@ -1,0 +1,79 @@
+"""Other dialects through a real mitmdump with the addon, consumed by the OpenAI SDK: Qwen3-Coder
+XML, DeepSeek V3.1, a pre-opened `<think>` stream, and a broken native tool_calls stream."""
+
+from __future__ import annotations
+
+import json
+
+from harness import ScriptedUpstream, sse_body
+
+WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {
+    "type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"}}, "required": ["city"]}}}
+MESSAGES = [{"role": "user", "content": "Weather in Paris for 3 days?"}]
+
+
+def chunk(model: str, delta: dict, finish: str | None = None) -> dict:
+    return {"id": "chatcmpl-e2e", "object": "chat.completion.chunk", "created": 1, "model": model,
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+
+
+def content_stream(model: str, text: str, size: int = 7) -> bytes:
+    pieces = [text[i : i + size] for i in range(0, len(text), size)]
+    return sse_body([chunk(model, {"role": "assistant", "content": ""}), *(chunk(model, {"content": p}) for p in pieces), chunk(model, {}, "stop")])
+
+
+def final(client, model: str):
+    with client.chat.completions.stream(model=model, messages=MESSAGES, tools=[WEATHER]) as stream:
+        return stream.get_final_completion().choices[0]
+
+
+def test_qwen3_coder_xml_becomes_a_typed_call(upstream: ScriptedUpstream, openai_client, unique_model):
+    model = "Qwen3-Coder-30B-" + unique_model
+    text = "Let me check.\n<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n<parameter=days>\n3\n</parameter>\n</function>\n</tool_call>"
+    upstream.add(model, chunks=[content_stream(model, text)])
+    choice = final(openai_client, model)
+    (call,) = choice.message.tool_calls
+    assert call.function.name == "get_weather"
+    assert json.loads(call.function.arguments) == {"city": "Paris", "days": 3}  # typed by the schema
+    assert choice.message.content.strip() == "Let me check."
+    assert choice.finish_reason == "tool_calls"
+
+
+def test_deepseek_v31_call_with_fullwidth_markers(upstream, openai_client, unique_model):
+    model = "DeepSeek-V3.1-" + unique_model
+    text = 'On it.<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>{"city": "Paris", "days": 3}<｜tool▁call▁end｜><｜tool▁calls▁end｜>'
+    upstream.add(model, chunks=[content_stream(model, text, size=5)])
+    choice = final(openai_client, model)
+    (call,) = choice.message.tool_calls
+    assert (call.function.name, json.loads(call.function.arguments)) == ("get_weather", {"city": "Paris", "days": 3})
+    assert choice.message.content == "On it."
+
+
+def test_preopened_think_stream_goes_to_reasoning_content(upstream, openai_client, unique_model):
+    model = "DeepSeek-R1-0528-" + unique_model
+    text = "The user wants weather. I have no tool result yet.</think>\n\nI cannot know the weather without a lookup."
+    upstream.add(model, chunks=[content_stream(model, text)])
+    choice = final(openai_client, model)
+    assert choice.message.model_extra["reasoning_content"] == "The user wants weather. I have no tool result yet."
+    assert choice.message.content == "I cannot know the weather without a lookup."
+    assert choice.finish_reason == "stop"
+
+
+def test_broken_native_tool_calls_are_repaired(upstream, openai_client, unique_model):
+    model = "some-server-" + unique_model
+    head = {"id": "call_a", "type": "function", "function": {"name": "get_weather", "arguments": ""}}
+    pieces = ['{"city": ', '"Paris"', "}"]
+    body = sse_body([
+        chunk(model, {"role": "assistant", "content": None}),
+        # no index, and id/type/name repeated on every delta
+        *(chunk(model, {"tool_calls": [{**head, "function": {"name": "get_weather", "arguments": p}}]}) for p in pieces),
+        # then the whole arguments again, as a snapshot
+        chunk(model, {"tool_calls": [{**head, "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}]}),
+        chunk(model, {}, "stop"),
+    ])
+    upstream.add(model, chunks=[body])
+    choice = final(openai_client, model)
+    (call,) = choice.message.tool_calls
+    assert call.id == "call_a" and call.function.name == "get_weather"
+    assert call.function.arguments == '{"city": "Paris"}'
+    assert choice.finish_reason == "tool_calls"
