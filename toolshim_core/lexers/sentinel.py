@@ -260,6 +260,12 @@ def _compiled_validator(key: bytes) -> tuple[Any, str | None]:
         return None, f"invalid parameters schema, not validated ({_excerpt(reason)})"
 
 
+def loads_strict(text: str, invalid: Any) -> Any:
+    """Strict JSON, or `invalid` (shared by the dialects that read JSON values)."""
+    value = _loads(text)
+    return invalid if value is _INVALID else value
+
+
 def _loads(text: str) -> Any:
     """Strict JSON, or `_INVALID`.
 

@@ -91,7 +91,6 @@ same character however the text was split (the scan never runs past the cap).
 from __future__ import annotations
 
 import ast
-import json
 import math
 import re
 from collections.abc import Callable
@@ -101,7 +100,7 @@ from typing import Any
 from ..calls import SCHEMA_MISMATCH, STRICT_FAILURE, UNKNOWN_NAME, CallScope
 from ..tools import ToolSpec
 from .base import CallArgs, CallBegin, CallEnd, Marker, Segment, Text, find_marker
-from .sentinel import ToolCallJudge, compact_json
+from .sentinel import ToolCallJudge, compact_json, loads_strict
 
 MAX_NAME = 256  # a function, parameter or key name longer than this is not a name
 
@@ -236,21 +235,7 @@ def _container(text: str, types: set[str]) -> Any:
 
 
 def _json(text: str) -> Any:
-    try:
-        return json.loads(text, parse_constant=_refuse, parse_float=_finite_float)
-    except (ValueError, RecursionError):
-        return _NO
-
-
-def _refuse(literal: str) -> Any:
-    raise ValueError(f"{literal} is not JSON")
-
-
-def _finite_float(literal: str) -> float:
-    value = float(literal)
-    if math.isinf(value):
-        raise ValueError(f"{literal} is out of range")
-    return value
+    return loads_strict(text, _NO)
 
 
 def _literal(text: str) -> Any:
