@@ -48,6 +48,7 @@ from kimi import (  # noqa: E402
     SECTION_END,
     SEED_000,
     USAGE,
+    chunk,
     kimi_chunks,
 )
 from responses import (  # noqa: E402
@@ -574,6 +575,8 @@ def situations() -> list[Situation]:
 
     out += sentinel_chat_situations()
     out += responses_situations()
+    out += dialect_situations()
+    out += native_situations()
 
     names = [s.name for s in out]
     assert len(names) == len(set(names)), "situation names must be unique"
@@ -881,6 +884,338 @@ def responses_situations() -> list[Situation]:
         )
     )
     return out
+
+
+# -- the other dialects: Qwen3-Coder XML, GLM, MiniMax, Mistral, Llama, DeepSeek, Harmony ------------
+
+QWEN3_CODER = "Qwen/Qwen3-Coder-30B-A3B-Instruct"
+GLM46 = "zai-org/GLM-4.6"
+MINIMAX_M2 = "MiniMaxAI/MiniMax-M2"
+MAGISTRAL = "mistralai/Magistral-Small-2509"
+LLAMA4 = "meta-llama/Llama-4-Scout-17B-16E-Instruct"
+DEEPSEEK_V31 = "deepseek-ai/DeepSeek-V3.1"
+DEEPSEEK_R1 = "deepseek-ai/DeepSeek-R1-0528"
+GPT_OSS = "openai/gpt-oss-120b"
+GEMMA3 = "google/gemma-3-27b-it"  # in no dialect's model table: every dialect runs
+
+
+def typed_tool(name: str, description: str, properties: dict[str, dict[str, Any]], required: list[str] | None = None) -> dict[str, Any]:
+    """A Chat Completions tool declaration with the parameter schemas given as they are."""
+    return {
+        "type": "function",
+        "function": {
+            "name": name,
+            "description": description,
+            "parameters": {"type": "object", "properties": properties, "required": list(properties) if required is None else required},
+        },
+    }
+
+
+SEARCH_CODE = typed_tool(
+    "search_code",
+    "Search the repository's source code.",
+    {
+        "query": {"type": "string", "description": "What to look for."},
+        "max_results": {"type": "integer", "description": "How many hits to return at most."},
+        "filters": {
+            "type": "object",
+            "description": "Restrict the search.",
+            "properties": {"language": {"type": "string"}, "path": {"type": "string"}},
+        },
+    },
+    required=["query"],
+)
+GET_FORECAST = typed_tool(
+    "get_forecast",
+    "Weather forecast for a city.",
+    {"city": {"type": "string", "description": "City name."}, "days": {"type": "integer", "description": "Number of days, 1 to 7."}},
+)
+READ_LINES = typed_tool(
+    "read_lines",
+    "Read a range of lines of a text file.",
+    {
+        "path": {"type": "string", "description": "Path of the file."},
+        "lines": {"type": "array", "items": {"type": "integer"}, "description": "First and last line, 1-based."},
+    },
+)
+
+# Like `_TOKEN`, without any tag of its own: each dialect names its special tokens.
+_PIECE = re.compile(r"\n+|[ ]?[A-Za-z]+|[ ]?[0-9]+|[ ]?<|[ ]?[^\sA-Za-z0-9<]+|\s")
+
+
+def dialect_tokens(text: str, specials: tuple[str, ...] = ()) -> list[str]:
+    """`text` in token-sized pieces; each of `specials` (the dialect's special tokens) is one piece."""
+    parts = re.split("(" + "|".join(re.escape(s) for s in sorted(specials, key=len, reverse=True)) + ")", text) if specials else [text]
+    pieces: list[str] = []
+    for n, part in enumerate(parts):
+        if n % 2:
+            pieces.append(part)
+        else:
+            pieces += _PIECE.findall(part)
+    assert "".join(pieces) == text, "the token pattern lost characters"
+    return pieces
+
+
+def dialect_chunks(
+    model: str, text: str, specials: tuple[str, ...], *, usage: dict[str, int], finish_reason: str = "stop"
+) -> list[dict[str, Any]]:
+    """A vLLM-style Chat stream of `text` in `content`, one token per chunk."""
+    return kimi_chunks(model, dialect_tokens(text, specials), fields=("content",), finish_reason=finish_reason, usage=usage)
+
+
+QWEN_SPECIALS = ("<tool_call>", "</tool_call>")
+GLM_SPECIALS = ("<think>", "</think>", "<tool_call>", "</tool_call>", "<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>")
+MINIMAX_SPECIALS = ("<think>", "</think>", "<minimax:tool_call>", "</minimax:tool_call>")
+MISTRAL_SPECIALS = ("[TOOL_CALLS]", "[ARGS]", "[THINK]", "[/THINK]")
+LLAMA4_SPECIALS = ("<|python_start|>", "<|python_end|>")
+DS_CALLS_BEGIN = "<｜tool▁calls▁begin｜>"
+DS_CALLS_END = "<｜tool▁calls▁end｜>"
+DS_CALL_BEGIN = "<｜tool▁call▁begin｜>"
+DS_CALL_END = "<｜tool▁call▁end｜>"
+DS_SEP = "<｜tool▁sep｜>"
+DEEPSEEK_SPECIALS = (DS_CALLS_BEGIN, DS_CALLS_END, DS_CALL_BEGIN, DS_CALL_END, DS_SEP, "</think>")
+HARMONY_SPECIALS = ("<|start|>", "<|channel|>", "<|message|>", "<|end|>", "<|constrain|>", "<|call|>", "<|return|>")
+
+
+def dialect_situations() -> list[Situation]:
+    """Chat Completions streams with each dialect's markup leaked into `content`."""
+    out: list[Situation] = []
+
+    # Qwen3-Coder: a `<tool_call><function=…>` block, string, integer and object parameters.
+    out.append(
+        stream(
+            "dialect_qwen3_coder_xml",
+            chat_request(QWEN3_CODER, "Where is the retry helper defined?", tools=[SEARCH_CODE, READ_FILE]),
+            dialect_chunks(
+                QWEN3_CODER,
+                "I'll search the repository for the retry helper.\n"
+                "<tool_call>\n<function=search_code>\n"
+                "<parameter=query>\nretry_with_backoff\n</parameter>\n"
+                "<parameter=max_results>\n5\n</parameter>\n"
+                '<parameter=filters>\n{"language": "python", "path": "src/"}\n</parameter>\n'
+                "</function>\n</tool_call>",
+                QWEN_SPECIALS,
+                usage=usage(402, 71),
+            ),
+        )
+    )
+
+    # GLM-4.6: reasoning in `<think>` in content, prose, then an `<arg_key>/<arg_value>` call.
+    out.append(
+        stream(
+            "dialect_glm_arg_key_value",
+            chat_request(GLM46, "Will it rain in Oslo in the next three days?", tools=[GET_WEATHER, GET_FORECAST]),
+            dialect_chunks(
+                GLM46,
+                "<think>The user asks about rain in Oslo over three days. I need the forecast, not the current weather.</think>\n"
+                "I'll get the three-day forecast for Oslo.\n"
+                "<tool_call>get_forecast\n<arg_key>city</arg_key>\n<arg_value>Oslo</arg_value>\n"
+                "<arg_key>days</arg_key>\n<arg_value>3</arg_value>\n</tool_call>",
+                GLM_SPECIALS,
+                usage=usage(366, 64),
+            ),
+        )
+    )
+
+    # MiniMax-M2: two `<invoke>` in one `<minimax:tool_call>` block.
+    out.append(
+        stream(
+            "dialect_minimax_invoke",
+            chat_request(MINIMAX_M2, "Weather now in Paris, and the forecast for Tokyo this weekend?", tools=[GET_WEATHER, GET_FORECAST]),
+            dialect_chunks(
+                MINIMAX_M2,
+                "I'll look up both.\n"
+                "<minimax:tool_call>\n"
+                '<invoke name="get_weather">\n<parameter name="city">Paris</parameter>\n</invoke>\n'
+                '<invoke name="get_forecast">\n<parameter name="city">Tokyo</parameter>\n<parameter name="days">2</parameter>\n</invoke>\n'
+                "</minimax:tool_call>",
+                MINIMAX_SPECIALS,
+                usage=usage(512, 88),
+            ),
+        )
+    )
+
+    # Magistral (tokenizer v13): `[TOOL_CALLS]NAME[ARGS]{…}` twice, back to back.
+    out.append(
+        stream(
+            "dialect_mistral_v13",
+            chat_request(MAGISTRAL, "What's the weather and the time in Paris?", tools=[GET_WEATHER, GET_TIME]),
+            dialect_chunks(
+                MAGISTRAL,
+                "I'll check the weather and the local time in Paris.\n\n"
+                '[TOOL_CALLS]get_weather[ARGS]{"city": "Paris"}'
+                '[TOOL_CALLS]get_time[ARGS]{"timezone": "Europe/Paris"}',
+                MISTRAL_SPECIALS,
+                usage=usage(288, 45),
+            ),
+        )
+    )
+
+    # Llama 4: a pythonic call list after prose.
+    out.append(
+        stream(
+            "dialect_llama_pythonic",
+            chat_request(LLAMA4, "Show me lines 10 to 20 of src/app.py.", tools=[READ_FILE, READ_LINES]),
+            dialect_chunks(
+                LLAMA4,
+                "Let me read those lines."
+                "<|python_start|>[read_lines(path='src/app.py', lines=[10, 20])]<|python_end|>",
+                LLAMA4_SPECIALS,
+                usage=usage(341, 29),
+            ),
+        )
+    )
+
+    # DeepSeek-V3.1: the name before the separator, bare JSON after it.
+    out.append(
+        stream(
+            "dialect_deepseek_v31",
+            chat_request(DEEPSEEK_V31, "What's the weather in Berlin?", tools=[GET_WEATHER, GET_TIME]),
+            dialect_chunks(
+                DEEPSEEK_V31,
+                "I'll check the current weather in Berlin."
+                f'{DS_CALLS_BEGIN}{DS_CALL_BEGIN}get_weather{DS_SEP}{{"city": "Berlin"}}{DS_CALL_END}{DS_CALLS_END}',
+                DEEPSEEK_SPECIALS,
+                usage=usage(254, 31),
+            ),
+        )
+    )
+
+    # gpt-oss without a Harmony parser: the analysis channel, then a commentary call.
+    out.append(
+        stream(
+            "dialect_gpt_oss_harmony",
+            chat_request(GPT_OSS, "What's the weather in Madrid?", tools=[GET_WEATHER, GET_TIME]),
+            dialect_chunks(
+                GPT_OSS,
+                "<|channel|>analysis<|message|>The user asks for the weather in Madrid. I should call get_weather.<|end|>"
+                "<|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json"
+                '<|message|>{"city": "Madrid"}<|call|>',
+                HARMONY_SPECIALS,
+                usage=usage(198, 52),
+            ),
+        )
+    )
+
+    # DeepSeek-R1-0528 opens `<think>` in its prompt: the content starts inside reasoning.
+    out.append(
+        stream(
+            "think_preopened_deepseek_r1",
+            chat_request(DEEPSEEK_R1, "What is 17 × 23?", tools=[GET_WEATHER]),
+            dialect_chunks(
+                DEEPSEEK_R1,
+                "The user wants 17 × 23. 17 × 20 = 340 and 17 × 3 = 51, so 340 + 51 = 391. No tool is needed.</think>\n\n"
+                "17 × 23 = 391.",
+                DEEPSEEK_SPECIALS,
+                usage=usage(162, 58),
+            ),
+        )
+    )
+
+    # A model explaining the syntax: markers in prose and in a code fence, no declared tool named.
+    out.append(
+        stream(
+            "look_alike_prose_stays_text",
+            chat_request(GEMMA3, "How do Mistral and Qwen3-Coder write tool calls?", tools=[GET_WEATHER, READ_FILE]),
+            dialect_chunks(
+                GEMMA3,
+                "Mistral models write `[TOOL_CALLS]` followed by the tool name, `[ARGS]` and a JSON object; "
+                "Qwen3-Coder writes `<function=name>` with one `<parameter=key>` element per argument. For example:\n\n"
+                "```\n"
+                '[TOOL_CALLS]tool_name[ARGS]{"key": "value"}\n'
+                "<function=tool_name>\n<parameter=key>\nvalue\n</parameter>\n</function>\n"
+                "```\n\n"
+                "The server turns such markup into tool calls only for tools the request declares.",
+                (),
+                usage=usage(96, 118),
+            ),
+        )
+    )
+    return out
+
+
+# -- upstream's own `tool_calls`, broken in the known ways ------------------------------------------
+
+GLM45_AIR = "zai-org/GLM-4.5-Air"
+
+
+def native_entry(arguments: str, *, index: int | None = None, call_id: str | None = None, name: str | None = None) -> dict[str, Any]:
+    """One `tool_calls` delta entry, with only the keys given (`type` goes with the id)."""
+    entry: dict[str, Any] = {}
+    if index is not None:
+        entry["index"] = index
+    if call_id is not None:
+        entry["id"] = call_id
+        entry["type"] = "function"
+    function: dict[str, Any] = {} if name is None else {"name": name}
+    function["arguments"] = arguments
+    entry["function"] = function
+    return entry
+
+
+def native_chunks(model: str, text: list[str], entries: list[dict[str, Any]], *, usage: dict[str, int]) -> list[dict[str, Any]]:
+    """Role, prose in `content`, one `tool_calls` entry per chunk, `stop`, usage."""
+    chunks = [chunk(model, {"role": "assistant", "content": ""})]
+    chunks += [chunk(model, {"content": piece}) for piece in text]
+    chunks += [chunk(model, {"tool_calls": [entry]}) for entry in entries]
+    chunks.append(chunk(model, {}, "stop"))
+    chunks.append({**chunk(model, {}), "choices": [], "usage": usage})
+    return chunks
+
+
+def native_situations() -> list[Situation]:
+    """Chat Completions streams whose own `tool_calls` deltas break the wire rules."""
+    out: list[Situation] = []
+
+    # No `index`, `id`/`type`/`name` on every delta (vLLM #44098, GLM), two calls, `stop`.
+    weather, time = "chatcmpl-tool-6b1e9f3c27d84a05b9e2c4d7a18f0c3e", "chatcmpl-tool-0d4a7c2e91f54b38a6c0e5f2b7d9a146"
+    out.append(
+        stream(
+            "broken_native_no_index_repeated_ids",
+            chat_request(GLM45_AIR, "What's the weather and the time in Paris?", tools=[GET_WEATHER, GET_TIME]),
+            native_chunks(
+                GLM45_AIR,
+                ["I'll check", " both."],
+                [
+                    native_entry('{"city": ', call_id=weather, name="get_weather"),
+                    native_entry('"Paris"', call_id=weather, name="get_weather"),
+                    native_entry("}", call_id=weather, name="get_weather"),
+                    native_entry('{"timezone": ', call_id=time, name="get_time"),
+                    native_entry('"Europe/Paris"', call_id=time, name="get_time"),
+                    native_entry("}", call_id=time, name="get_time"),
+                ],
+                usage=usage(296, 47),
+            ),
+        )
+    )
+
+    # A call whose deltas are followed by the whole arguments again (GLM), and a call whose
+    # arguments come as a JSON string of the JSON text (Kimi-K2#26), cut inside an escape.
+    weather, time = "chatcmpl-tool-3c8e1a5f70b24d96a2f4e6c8b0d1a357", "chatcmpl-tool-9f2b4d6a8c0e4f13b5d7e9a1c3f5b780"
+    double = json.dumps(json.dumps({"timezone": "Europe/Paris"}))  # "{\"timezone\": \"Europe/Paris\"}"
+    cuts = [double[:7], double[7:13], double[13:26], double[26:]]
+    assert "".join(cuts) == double and cuts[1].endswith("\\")
+    out.append(
+        stream(
+            "broken_native_snapshot_and_double_encoded",
+            chat_request(GLM46, "What's the weather and the time in Paris?", tools=[GET_WEATHER, GET_TIME]),
+            native_chunks(
+                GLM46,
+                ["Let me", " look both up."],
+                [
+                    native_entry("", index=0, call_id=weather, name="get_weather"),
+                    native_entry('{"city": ', index=0),
+                    native_entry('"Paris"}', index=0),
+                    native_entry('{"city": "Paris"}', index=0),  # the snapshot
+                    native_entry("", index=1, call_id=time, name="get_time"),
+                    *(native_entry(cut, index=1) for cut in cuts),
+                ],
+                usage=usage(301, 52),
+            ),
+        )
+    )
+    return out
+
 
 
 # -- recording -----------------------------------------------------------------------------------

@@ -142,3 +142,17 @@ def test_a_complete_declared_block_inside_think_is_a_call_and_anything_else_stay
     result = chat(chat_body(["<think><tool_call>nah uhg</tool_call>"]))
     assert result["tool_calls"] == [] and result["reasoning_content"] == "<tool_call>nah uhg</tool_call>"
     assert result["content"] == ""
+
+
+def test_an_upstream_that_splits_reasoning_itself_is_not_read_as_preopened():
+    """vLLM with --reasoning-parser deepseek_r1 sends reasoning_content, then content, and no
+    </think>: the answer must stay content even for a model whose template pre-opens <think>."""
+    base = {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m"}
+    body = sse_body([
+        {**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]},
+        {**base, "choices": [{"index": 0, "delta": {"reasoning_content": "Multiply."}, "finish_reason": None}]},
+        {**base, "choices": [{"index": 0, "delta": {"content": "391."}, "finish_reason": None}]},
+        {**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]},
+    ])
+    result = chat(body, model="deepseek-ai/DeepSeek-R1-0528")
+    assert (result["reasoning_content"], result["content"]) == ("Multiply.", "391.")

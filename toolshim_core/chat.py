@@ -48,7 +48,7 @@ class ChoiceRewriter:
         # uses for reasoning in this choice, else the configured one.
         self._reasoning_keys: tuple[str, ...] | None = None
         self._reasoning_field = context.reasoning_field or "reasoning_content"
-        self._reads_start = reads_the_start(context)
+        self._upstream_reasoning = False  # upstream sent a reasoning field in this choice
         self._lexers: dict[tuple[str, ...], Lexer] = {}
         self._reasoning_over: set[tuple[str, ...]] = set()  # channels whose `</think>` leaked
         self._open_index: int | None = None
@@ -58,7 +58,7 @@ class ChoiceRewriter:
     @property
     def idle(self) -> bool:
         """Nothing held, and text with no marker would pass as it came."""
-        if self._reads_start and (CONTENT,) not in self._lexers:
+        if (CONTENT,) not in self._lexers and (self._dialects.bare_json or (self._dialects.preopened and not self._upstream_reasoning)):
             return False  # the start of the content must be read (pre-opened reasoning, bare JSON)
         if self.native.emitted:
             return False  # upstream made calls: its finish_reason must be read ("stop" is wrong)
@@ -68,9 +68,14 @@ class ChoiceRewriter:
         lexer = self._lexers.get(channel)
         if lexer is None:
             reasoning = channel[0] != CONTENT
-            if reasoning and self._reasoning_keys is None:
-                self._reasoning_keys = channel  # reasoning found in content goes where upstream puts it
-            lexer = self._lexers[channel] = self._dialects.new_lexer(reasoning=reasoning)
+            if not text and not reasoning:
+                return  # an empty first piece (`"content": ""` with the role) decides nothing yet
+            if reasoning:
+                self._upstream_reasoning = True
+                if self._reasoning_keys is None:
+                    self._reasoning_keys = channel  # reasoning found in content goes where upstream puts it
+            # An upstream that splits reasoning itself has already closed any pre-opened block.
+            lexer = self._lexers[channel] = self._dialects.new_lexer(reasoning=reasoning, preopened=not self._upstream_reasoning)
         self._place(channel, lexer.feed(text), parts)
 
     def finish(self, parts: list[Part]) -> None:

@@ -69,9 +69,7 @@ def _mistral(lexers: ScopeLexers, reasoning: bool) -> Lexer:
 
 
 def _llama(lexers: ScopeLexers, reasoning: bool) -> Lexer:
-    # bare JSON calls only for a model known to be a Llama (prose can hold JSON)
-    bare_json = not reasoning and bool(_LLAMA_MODELS.search(lexers.scope.context.model))
-    return LlamaLexer(lexers.scope, max_held=lexers.max_held, bare_json=bare_json)
+    return LlamaLexer(lexers.scope, max_held=lexers.max_held, bare_json=not reasoning and lexers.bare_json)
 
 
 _LLAMA_MODELS = re.compile(r"llama|functionary", re.I)
@@ -105,11 +103,15 @@ def starts_in_reasoning(context) -> bool:
     return bool(PREOPENED_MODELS.search(context.model))
 
 
+def reads_bare_json(context) -> bool:
+    """Llama's JSON calls without a tag: read only for models named Llama (prose holds JSON)."""
+    return any(d.name == "llama" for d in dialects_for(context.model, context.dialects)) and bool(_LLAMA_MODELS.search(context.model))
+
+
 def reads_the_start(context) -> bool:
     """Must the start of the content be read even without a marker in it? (Reasoning that
     starts pre-opened; a Llama's bare JSON call.) Then no fast path may skip it."""
-    bare_json = "llama" in [d.name for d in dialects_for(context.model, context.dialects)] and _LLAMA_MODELS.search(context.model)
-    return starts_in_reasoning(context) or bool(bare_json)
+    return starts_in_reasoning(context) or reads_bare_json(context)
 
 
 def dialects_for(model: str, forced: tuple[str, ...] | None) -> tuple[Dialect, ...]:
@@ -129,12 +131,15 @@ class ScopeLexers:
         context = scope.context
         self._dialects = dialects_for(context.model, context.dialects)
         self.preopened = starts_in_reasoning(context)
+        self.bare_json = reads_bare_json(context)
 
-    def new_lexer(self, *, reasoning: bool) -> Lexer:
-        """The lexer of a reasoning channel, or of a content channel (which may hold `<think>`)."""
+    def new_lexer(self, *, reasoning: bool, preopened: bool = True) -> Lexer:
+        """The lexer of a reasoning channel, or of a content channel (which may hold `<think>`).
+        `preopened=False`: upstream splits reasoning itself, so content never starts inside it."""
         if reasoning:
             return self._calls(reasoning=True)
-        return ReasoningSplit(ThinkLexer(preopened=self.preopened), self._calls(reasoning=True, tags_only=True), self._calls(reasoning=False))
+        think = ThinkLexer(preopened=self.preopened and preopened)
+        return ReasoningSplit(think, self._calls(reasoning=True, tags_only=True), self._calls(reasoning=False))
 
     def _calls(self, *, reasoning: bool, tags_only: bool = False) -> Lexer:
         """The chain of call dialects; none at all when no call may be made (tool_choice none)."""

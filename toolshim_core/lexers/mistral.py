@@ -382,6 +382,10 @@ class UnitLexer:
         while end < n and (buf[end].isspace() or buf[end] in seps):
             end += 1
         self._pad += buf[pos:end]
+        if not self._after_call and self._pad:
+            # after a unit shown as text its padding is text whatever follows: send it now
+            self._emit(out, self._pad)
+            self._pad = ""
         if len(self._pad) > self._max_held:  # a flood of whitespace is not padding
             self._to_text(out)
             return end
