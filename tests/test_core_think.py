@@ -54,8 +54,24 @@ def test_preopened_output_starts_inside_reasoning():
     assert lex("I'm\nthinking</think>Hello", preopened=True) == [ReasoningText("I'm\nthinking"), Text("Hello")]
 
 
-def test_a_stray_close_tag_in_content_is_dropped():
-    assert lex("Hello</think> world") == [Text("Hello"), Text("world")] or lex("Hello</think> world") == [Text("Helloworld")]
+def test_tags_after_the_start_of_the_content_are_the_models_text():
+    """Code that strips think tags, or an argument holding them, must reach the client intact."""
+    assert lex("Hello</think> world") == [Text("Hello</think> world")]
+    code = 'Strip it:\n```python\nif text.startswith("<think>"):\n    text = text.split("</think>")[-1]\n```'
+    assert lex(code) == [Text(code)]
+    assert lex(code, list(code)) == [Text(code)]
+
+
+def test_a_preopened_model_that_writes_its_own_open_tag_loses_it():
+    assert lex("<think>\nhmm</think>\n\nans", preopened=True) == [ReasoningText("\nhmm"), Text("ans")]
+
+
+def test_only_the_running_dialects_end_reasoning():
+    kimi = "<think>The <|tool_call_begin|> token is Kimi's.</think>ans"
+    assert lex(kimi) == [ReasoningText("The <|tool_call_begin|> token is Kimi's."), Text("ans")]
+    lexer = ThinkLexer(tool_starts=("<|tool_call_begin|>",))
+    out = lexer.feed(kimi) + lexer.finish()
+    assert out[0] == ReasoningText("The ") and out[1] == Text("<|tool_call_begin|>")
 
 
 def test_prose_without_tags_streams_at_once():
@@ -156,3 +172,23 @@ def test_an_upstream_that_splits_reasoning_itself_is_not_read_as_preopened():
     ])
     result = chat(body, model="deepseek-ai/DeepSeek-R1-0528")
     assert (result["reasoning_content"], result["content"]) == ("Multiply.", "391.")
+
+
+def test_think_tags_inside_tool_arguments_are_kept():
+    args = json.dumps({"path": "p.py", "content": 'x = s.split("</think>")[-1]  # <think>'})
+    text = 'Writing.<tool_call>{"name": "get_time", "arguments": ' + args + "}</tool_call>"
+    result = chat(chat_body([text[i : i + 6] for i in range(0, len(text), 6)]))
+    assert [json.loads(c["arguments"]) for c in result["tool_calls"]] == [json.loads(args)]
+    assert result["content"] == "Writing." and result["reasoning_content"] == ""
+
+
+def test_a_preopened_model_behind_a_reasoning_parser_keeps_content_in_json_and_responses():
+    completion = {"id": "c", "object": "chat.completion", "created": 1, "model": "deepseek-ai/DeepSeek-R1-0528",
+                  "choices": [{"index": 0, "message": {"role": "assistant", "content": "It is sunny.", "reasoning_content": "Weather."}, "finish_reason": "stop"}]}
+    context = RequestContext.from_body(b'{"model": "deepseek-ai/DeepSeek-R1-0528", "messages": []}')
+    rewrite_chat_completion(completion, context)
+    message = completion["choices"][0]["message"]
+    assert (message["reasoning_content"], message["content"]) == ("Weather.", "It is sunny.")
+    body = responses_sse(responses_events("deepseek-ai/DeepSeek-R1-0528", ["It is sunny."], reasoning_pieces=["Weather."]))
+    rewriter = ResponsesStreamRewriter(RequestContext.from_body(b'{"model": "deepseek-ai/DeepSeek-R1-0528", "input": "hi"}'))
+    assert b"".join(rewriter.feed(body) + rewriter.close()) == body

@@ -30,6 +30,7 @@ PARSE_FAILURES = (INVALID_JSON, STRICT_FAILURE)
 _UPSTREAM_CALLS = re.compile(rb'"tool_calls"\s*:\s*\[\s*\{')
 # Mistral's bracket markers, or a text that ends in what may begin one (`… [TOO"`). The JSON's
 # own brackets (`"choices":[{`) never match.
+_CONTENT_TEXT = re.compile(rb'"content"\s*:\s*"(?!")')
 _BRACKET_MARKUP = re.compile(rb'\[(?:TOOL_CALLS\]|/?THINK\]|ARGS\]|CALL_ID\]|/?[A-Z_]*")')
 
 
@@ -49,6 +50,7 @@ class ChoiceRewriter:
         self._reasoning_keys: tuple[str, ...] | None = None
         self._reasoning_field = context.reasoning_field or "reasoning_content"
         self._upstream_reasoning = False  # upstream sent a reasoning field in this choice
+        self.content_started = False  # content passed untouched before a lexer was made
         self._lexers: dict[tuple[str, ...], Lexer] = {}
         self._reasoning_over: set[tuple[str, ...]] = set()  # channels whose `</think>` leaked
         self._open_index: int | None = None
@@ -75,7 +77,9 @@ class ChoiceRewriter:
                 if self._reasoning_keys is None:
                     self._reasoning_keys = channel  # reasoning found in content goes where upstream puts it
             # An upstream that splits reasoning itself has already closed any pre-opened block.
-            lexer = self._lexers[channel] = self._dialects.new_lexer(reasoning=reasoning, preopened=not self._upstream_reasoning)
+            lexer = self._lexers[channel] = self._dialects.new_lexer(
+                reasoning=reasoning, preopened=not self._upstream_reasoning, started=self.content_started
+            )
         self._place(channel, lexer.feed(text), parts)
 
     def finish(self, parts: list[Part]) -> None:
@@ -116,7 +120,13 @@ class ChoiceRewriter:
 
 
 def text_channels(holder: dict[str, Any]) -> list[tuple[tuple[str, ...], str]]:
-    """The text fields of a delta or message as channels: mirrored reasoning fields are one."""
+    """The text fields of a delta or message as channels, reasoning first (it comes first in
+    the model's output, and tells whether content can start inside reasoning): mirrored
+    reasoning fields are one channel."""
+    return sorted(_text_channels(holder), key=lambda channel: channel[0][0] == CONTENT)
+
+
+def _text_channels(holder: dict[str, Any]) -> list[tuple[tuple[str, ...], str]]:
     present = [(key, value) for key, value in holder.items() if key in TEXT_KEYS and isinstance(value, str)]
     reasoning = [(key, value) for key, value in present if key != CONTENT]
     if len(reasoning) == 2 and reasoning[0][1] == reasoning[1][1]:
@@ -170,6 +180,7 @@ class ChatStreamRewriter(SseRewriter):
         self._choices: dict[Any, ChoiceRewriter] = {}
         self._template: dict[str, Any] | None = None  # metadata of the last chunk read
         self._reads_start = reads_the_start(context)
+        self._content_started = False
         # Until upstream's reasoning field is seen, events naming one are read: reasoning moved
         # out of `content` must go to the field upstream uses.
         self._reasoning_field_known = False
@@ -191,6 +202,10 @@ class ChatStreamRewriter(SseRewriter):
             and not _UPSTREAM_CALLS.search(raw)
             and (self._reasoning_field_known or b'"reasoning' not in raw)
         ):
+            if not self._content_started and _CONTENT_TEXT.search(raw):
+                self._content_started = True  # a reasoning block can no longer open
+                for choice in self._choices.values():
+                    choice.content_started = True
             return [raw]  # fast path: no marker can start here and nothing is held
         event = parse_block(raw)
         if event.data is None or event.malformed:
@@ -214,6 +229,7 @@ class ChatStreamRewriter(SseRewriter):
         choice = self._choices.get(index)
         if choice is None:
             choice = self._choices[index] = ChoiceRewriter(self._context, self.stats, max_held=self._max_held)
+            choice.content_started = self._content_started
         return choice
 
     def _rewrite_chunk(self, chunk: dict[str, Any]) -> list[dict[str, Any]] | None:

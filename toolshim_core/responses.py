@@ -360,7 +360,11 @@ class ResponsesRewriter:
     def _lexer(self, source: SourceItem, content_index: int) -> Lexer:
         lexer = source.lexers.get(content_index)
         if lexer is None:
-            lexer = source.lexers[content_index] = self._dialects.new_lexer(reasoning=source.kind == REASONING)
+            # upstream that sends reasoning items splits reasoning itself: no pre-opened block
+            upstream_reasoning = any(s.kind == REASONING for s in self._sources.values())
+            lexer = source.lexers[content_index] = self._dialects.new_lexer(
+                reasoning=source.kind == REASONING, preopened=not upstream_reasoning
+            )
         return lexer
 
     def _finish_lexer(self, source: SourceItem, content_index: Any, out: list[Outgoing], status: str | None = None) -> None:

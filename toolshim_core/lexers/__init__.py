@@ -23,7 +23,7 @@ from .llama import LlamaLexer
 from .xml_calls import GlmLexer, MiniMaxLexer, QwenXmlLexer
 from .mistral import MistralLexer
 from .sentinel import SentinelLexer
-from .think import ReasoningSplit, ThinkLexer
+from .think import TOOL_STARTS, ReasoningSplit, ThinkLexer
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,12 +133,14 @@ class ScopeLexers:
         self.preopened = starts_in_reasoning(context)
         self.bare_json = reads_bare_json(context)
 
-    def new_lexer(self, *, reasoning: bool, preopened: bool = True) -> Lexer:
+    def new_lexer(self, *, reasoning: bool, preopened: bool = True, started: bool = False) -> Lexer:
         """The lexer of a reasoning channel, or of a content channel (which may hold `<think>`).
-        `preopened=False`: upstream splits reasoning itself, so content never starts inside it."""
+        `preopened=False`: upstream splits reasoning itself, so content never starts inside it;
+        `started`: content was already sent, so no reasoning block can open any more."""
         if reasoning:
             return self._calls(reasoning=True)
-        think = ThinkLexer(preopened=self.preopened and preopened)
+        tool_starts = tuple(t for d in self._dialects for t in TOOL_STARTS.get(d.name, ()))
+        think = ThinkLexer(preopened=self.preopened and preopened and not started, tool_starts=tool_starts, started=started)
         return ReasoningSplit(think, self._calls(reasoning=True, tags_only=True), self._calls(reasoning=False))
 
     def _calls(self, *, reasoning: bool, tags_only: bool = False) -> Lexer:

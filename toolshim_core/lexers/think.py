@@ -11,12 +11,16 @@ make the output start inside reasoning with only the closing tag to come: `preop
 
 States (`_state`):
 
-    CONTENT --open tag------------------> THINK    (the tag is dropped)
-    THINK   --its closing tag-----------> CONTENT  (the tag and the whitespace after it dropped)
-    THINK   --a tool-call section begins-> CONTENT  (Kimi, DeepSeek: the call ends the reasoning;
-                                                    the marker goes on as content, for the call
-                                                    dialects after this lexer)
-    CONTENT --a stray closing tag-------> CONTENT  (dropped: a pre-opened block we were not told of)
+    START   --an opening tag first------> THINK    (the tag and whitespace before it dropped)
+    START   --anything else-------------> CONTENT
+    THINK   --a closing tag-------------> CONTENT  (the tag and the whitespace after it dropped)
+    THINK   --a tool-call section begins-> CONTENT  (Kimi, DeepSeek, Mistral when they run: the
+                                                    call ends the reasoning; the marker goes on
+                                                    as content, for the call dialects)
+    CONTENT: everything is content, tags included (code and arguments may hold them)
+
+A pre-opened stream starts in THINK, where an opening tag written anyway (DeepSeek-R1-0528
+writes its own) is dropped too.
 
 Only a possible tag prefix is ever held back, as in every dialect.
 """
@@ -33,33 +37,38 @@ _PAIRS = {
     "<seed:think>": "</seed:think>",
     "[THINK]": "[/THINK]",
 }
-# Markup that starts tool calls: a model that calls a tool is done reasoning (vLLM's kimi_k2
-# reasoning parser and SGLang treat the section begin as an implicit `</think>`).
-_TOOL_STARTS = (
-    "<|tool_calls_section_begin|>",
-    "<|tool_call_begin|>",
-    "<｜tool▁calls▁begin｜>",
-    "<｜tool▁call▁begin｜>",
-    "[TOOL_CALLS]",
-    "<｜DSML｜function_calls>",  # DeepSeek V3.2 / V4 may open its calls before </think>
-    "<｜DSML｜tool_calls>",
-)
+# Markup that starts tool calls, by dialect: a model that calls a tool is done reasoning (vLLM's
+# kimi_k2 reasoning parser and SGLang treat the section begin as an implicit `</think>`). Only
+# the markers of the dialects that run for the model count.
+TOOL_STARTS = {
+    "kimi": ("<|tool_calls_section_begin|>", "<|tool_call_begin|>"),
+    "deepseek": ("<｜tool▁calls▁begin｜>", "<｜tool▁call▁begin｜>", "<｜DSML｜function_calls>", "<｜DSML｜tool_calls>"),
+    "mistral": ("[TOOL_CALLS]",),
+}
 
-_CONTENT_MARKERS = (*(Marker(t, OPEN) for t in _PAIRS), *(Marker(t, CLOSE) for t in _PAIRS.values()))
-_THINK_MARKERS = (*(Marker(t, CLOSE) for t in _PAIRS.values()), *(Marker(t, TOOLS) for t in _TOOL_STARTS))
+_OPEN_MARKERS = tuple(Marker(t, OPEN) for t in _PAIRS)
+_CLOSE_MARKERS = tuple(Marker(t, CLOSE) for t in _PAIRS.values())
 
-CONTENT, THINK = "content", "think"
+START, CONTENT, THINK = "start", "content", "think"
 
 
 class ThinkLexer:
-    """Splits one content channel into reasoning and content (see the module docstring)."""
+    """Splits one content channel into reasoning and content (see the module docstring).
 
-    def __init__(self, *, preopened: bool = False) -> None:
+    A reasoning block opens only at the start of the content (leading whitespace aside): that
+    is where models write it. Anywhere later, `<think>` and `</think>` are the model's text (code
+    that strips think tags, an argument that holds them) and pass untouched.
+    """
+
+    def __init__(self, *, preopened: bool = False, tool_starts: tuple[str, ...] = (), started: bool = False) -> None:
         self._preopened = preopened
+        self._think_markers = _CLOSE_MARKERS + tuple(Marker(t, TOOLS) for t in tool_starts)
+        self._started = started  # content was already sent before this lexer saw any
         self._reset()
 
     def _reset(self) -> None:
-        self._state = THINK if self._preopened else CONTENT
+        self._state = THINK if self._preopened else CONTENT if self._started else START
+        self._at_start = True  # THINK: nothing read yet (a pre-opened model may still write `<think>`)
         self._buf = ""
         self._drop_ws = False  # after a closing tag: the blank lines that follow are layout
 
@@ -79,9 +88,23 @@ class ThinkLexer:
     def _run(self, final: bool) -> list[Segment]:
         out: list[Segment] = []
         buf, pos = self._buf, 0
-        while True:
-            markers = _THINK_MARKERS if self._state == THINK else _CONTENT_MARKERS
-            match = find_marker(buf, pos, markers, final)
+        while pos < len(buf):
+            if self._state == CONTENT:
+                self._emit(buf[pos:], out)
+                pos = len(buf)
+                break
+            if self._state == START or self._at_start:
+                opened = self._open_tag(buf, pos, final)
+                if opened is None:  # whitespace, or a possible tag cut short: wait for more
+                    break
+                if opened != pos:
+                    pos, self._state, self._at_start = opened, THINK, False
+                    continue
+                self._at_start = False
+                if self._state == START:
+                    self._state = CONTENT
+                    continue
+            match = find_marker(buf, pos, self._think_markers, final)
             end = len(buf) if match is None else match.pos
             if end > pos:
                 self._emit(buf[pos:end], out)
@@ -90,17 +113,29 @@ class ThinkLexer:
                 break
             marker = match.marker
             pos = match.pos + len(marker.text)
-            if marker.kind == OPEN:
-                self._state = THINK
-            elif marker.kind == CLOSE:
-                self._state = CONTENT
+            self._state = CONTENT
+            if marker.kind == CLOSE:
                 self._drop_ws = True
             else:  # a tool call begins inside reasoning: it is content for the call dialects
-                self._state = CONTENT
-                self._drop_ws = False
                 out.append(Text(marker.text))
         self._buf = buf[pos:]
+        if final and self._buf:  # whitespace or a cut tag at the very end: it was text
+            self._emit(self._buf, out)
+            self._buf = ""
         return out
+
+    def _open_tag(self, buf: str, pos: int, final: bool) -> int | None:
+        """At the start: the position after an opening tag (and the whitespace before it), `pos`
+        when none opens here, None when it cannot be told yet."""
+        rest = buf[pos:].lstrip()
+        if not rest:
+            return pos if final else None
+        for tag in _PAIRS:
+            if rest.startswith(tag):
+                return len(buf) - len(rest) + len(tag)
+        if not final and any(tag.startswith(rest) for tag in _PAIRS):
+            return None
+        return pos
 
     def _emit(self, text: str, out: list[Segment]) -> None:
         if self._state == THINK:
