@@ -20,7 +20,8 @@ from toolshim_core.calls import (
 )
 from toolshim_core.lexers.base import CallArgs, CallBegin, CallEnd, Text
 from toolshim_core.lexers.llama import LlamaLexer
-from toolshim_core.lexers.mistral import MistralLexer, call_entries
+from toolshim_core.lexers.mistral import MistralLexer
+from toolshim_core.lexers.units import call_entries
 from toolshim_core.tools import RequestContext, ToolSpec
 
 WEATHER = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}

@@ -55,7 +55,7 @@ from typing import Any, Callable
 
 from ..calls import INVALID_JSON, CallScope
 from .base import Marker, Segment
-from .mistral import (
+from .units import (
     CLOSED,
     MAX_NAME,
     MORE,
