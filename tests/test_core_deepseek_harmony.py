@@ -23,7 +23,7 @@ TOOLS = {
     "strict_weather": ToolSpec("strict_weather", {**WEATHER, "additionalProperties": False}, strict=True),
 }
 
-# -- the peer samples (/work/shared/research/peer_samples.jsonl), copied verbatim ---------------
+# -- the peer samples (tests/data/peer_samples.jsonl), copied verbatim ---------------
 
 # vllm tests/tool_parsers/test_deepseekv3_tool_parser.py (single_tool_call_output)
 DEEPSEEK_V3 = "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n{\"city\": \"Tokyo\", \"unit\": \"celsius\"}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>"

@@ -517,7 +517,7 @@ def test_chained_dialects_in_one_stream():
 
 # -- the peers' samples, whole and at every split ----------------------------------------------------
 
-# From /work/shared/research/peer_samples.jsonl (vLLM's test suites), with the calls they expect.
+# From tests/data/peer_samples.jsonl (vLLM's test suites), with the calls they expect.
 SAMPLES = {
     "qwen3_coder single_tool": (
         qwen,
