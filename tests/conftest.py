@@ -7,6 +7,7 @@ expensive mitmdump process can be shared.
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 import sys
 from collections.abc import Iterator
@@ -21,6 +22,13 @@ if _TESTS_DIR not in sys.path:
     sys.path.insert(0, _TESTS_DIR)
 
 from harness import Mitmdump, ScriptedUpstream  # noqa: E402
+from hypothesis import settings  # noqa: E402
+
+# CI runs the property tests with a fixed seed, so a run is repeatable; HYPOTHESIS_PROFILE=explore
+# draws fresh examples each run (what to use while developing, to find new cases).
+settings.register_profile("repeatable", derandomize=True)
+settings.register_profile("explore", derandomize=False)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "repeatable"))
 
 
 @pytest.fixture(scope="session")

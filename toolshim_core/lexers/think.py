@@ -94,8 +94,14 @@ class ThinkLexer:
                 pos = len(buf)
                 break
             if self._state == START or self._at_start:
+                if not buf[pos:].strip():
+                    # Whitespace alone decides nothing, but holding it would make the result
+                    # depend on whether it came in an event of its own (which may pass untouched).
+                    self._emit(buf[pos:], out)
+                    pos = len(buf)
+                    break
                 opened = self._open_tag(buf, pos, final)
-                if opened is None:  # whitespace, or a possible tag cut short: wait for more
+                if opened is None:  # a possible tag cut short: wait for more
                     break
                 if opened != pos:
                     pos, self._state, self._at_start = opened, THINK, False
