@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 import orjson
 from mitmproxy import ctx, exceptions, flowfilter, http
 
+from .apis import METADATA_KEY, RESPONSES, api_of
 from .calls import RewriteStats
 from .chat import ChatStreamRewriter, rewrite_chat_completion
 from .emulation import EmulatedRequest, emulate_request
@@ -32,8 +33,6 @@ from .tools import RequestContext
 
 log = logging.getLogger(__name__)
 
-METADATA_KEY = "toolshim"
-
 
 def is_event_stream(headers: http.Headers) -> bool:
     return headers.get("content-type", "").lower().startswith("text/event-stream")
@@ -42,21 +41,6 @@ def is_event_stream(headers: http.Headers) -> bool:
 def is_json(headers: http.Headers) -> bool:
     media = headers.get("content-type", "").lower().split(";")[0].strip()
     return media == "application/json" or media.endswith("+json")
-
-
-CHAT, RESPONSES = "chat", "responses"
-
-
-def api_of(flow: http.HTTPFlow) -> str | None:
-    """Which API a request calls: Chat Completions, Responses, or neither (not ours to touch)."""
-    if flow.request.method != "POST":
-        return None
-    path = flow.request.path.split("?")[0].rstrip("/")
-    if path.endswith("/chat/completions"):
-        return CHAT
-    if path.endswith("/responses"):
-        return RESPONSES
-    return None
 
 
 class StreamRewrite:

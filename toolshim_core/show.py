@@ -13,7 +13,7 @@ from typing import Any
 import orjson
 from mitmproxy import http, io
 
-from .addon import METADATA_KEY, RESPONSES, api_of
+from .apis import METADATA_KEY, RESPONSES, api_of
 
 
 def accumulate(body: bytes) -> dict[str, Any]:
