@@ -723,12 +723,13 @@ def run_offline(
     dst: Path,
     script: bool | Path | str = True,
     extra_args: Sequence[str] = (),
+    quiet: bool = True,
 ) -> subprocess.CompletedProcess[str]:
     """Replay recorded flows from `src` through the addon into `dst`, no network.
 
     `script=True` uses the real addon, `False` none, a path that script.
     """
-    cmd = [mitmdump_executable(), "-n", "-q", "-r", str(src), "-w", str(dst)]
+    cmd = [mitmdump_executable(), "-n", *(["-q"] if quiet else []), "-r", str(src), "-w", str(dst)]
     if script is True:
         cmd += ["-s", str(ADDON_SCRIPT)]
     elif script is not False:

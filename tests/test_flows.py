@@ -291,7 +291,9 @@ def test_flow_is_rewritten_as_expected(path: Path, replay: Replay) -> None:
 
     if expected.get("unchanged"):
         assert out.response.raw_content == original.response.raw_content
-        assert METADATA_KEY not in out.metadata
+        # Markup that stayed text (an undeclared tool, say) is noted; nothing else is.
+        annotation = out.metadata.get(METADATA_KEY, {})
+        assert annotation.get("calls", 0) == 0 and "upstream" not in annotation
 
     if any(key in expected for key in keys):
         missing = [key for key in keys if key not in expected]
@@ -319,4 +321,46 @@ def test_second_offline_rewrite_changes_nothing(path: Path, replay: Replay) -> N
     assert second.metadata.get(METADATA_KEY) == first.metadata.get(METADATA_KEY)
     # Without the mark, the rewrite still leaves its own output as it is.
     assert response_state(unmarked) == response_state(first)
-    assert METADATA_KEY not in unmarked.metadata
+    assert "upstream" not in unmarked.metadata.get(METADATA_KEY, {}), "the second pass changed something"
+
+
+# What mitmweb's flow list shows for a fixture: toolshim's comment and mark, written by hand from
+# the fixture's situation (the calls of its .expected.json, and what stayed text).
+ANNOTATIONS = {
+    "kimi_seed_000_reasoning": ("toolshim: kimi → 2 calls (bash, read_file)", ":wrench:"),
+    "kimi_undeclared_tool_stays_text": ("toolshim: no call from markup · left as text: unknown tool ×1", ":warning:"),
+    "sentinel_chat_non_strict_trailing_comma_repaired": (
+        "toolshim: hermes → 1 call (get_weather) · repaired: JSON repaired ×1", ":wrench:"),
+    "sentinel_chat_parallel_false": ("toolshim: hermes → 1 call (get_weather) · left as text: not allowed ×1", ":warning:"),
+    "sentinel_chat_strict_schema_violation_stays_text": (
+        "toolshim: no call from markup · left as text: strict schema ×1", ":warning:"),
+    "broken_native_snapshot_and_double_encoded": (
+        "toolshim: no call from markup · repaired: upstream tool_calls stream (snapshot, dropped, double_encoded)", ":wrench:"),
+    "think_preopened_deepseek_r1": ("toolshim: no call from markup · repaired: reasoning split from content", ":wrench:"),
+    "responses_sentinel_stream_text_call_text": ("toolshim: hermes → 1 call (get_weather)", ":wrench:"),
+    "dialect_qwen3_coder_xml": ("toolshim: qwen_xml → 1 call (search_code)", ":wrench:"),
+    "plain_stream_without_markup": ("", ""),
+    "non_llm_get_models": ("", ""),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ANNOTATIONS))
+def test_rewritten_flows_carry_a_comment_and_a_mark(name: str, replay: Replay) -> None:
+    out = replay.first[name]
+    assert (out.comment, out.marked) == ANNOTATIONS[name]
+    if out.comment:
+        tally = out.metadata[METADATA_KEY]["tally"]
+        assert sum(row.get("LeakedMarkup", 0) for row in tally.values()) == out.metadata[METADATA_KEY]["calls"]
+
+
+def test_mitmdump_prints_a_summary_line_at_shutdown(tmp_path: Path, replay: Replay) -> None:
+    """Not quiet this time: the one line toolshim logs when mitmdump exits."""
+    combined = tmp_path / "in.flow"
+    write_flows(combined, list(replay.originals.values()))
+    result = run_offline(combined, tmp_path / "out.flow", extra_args=["--set", "termlog_verbosity=info"], quiet=False)
+    assert result.returncode == 0
+    calls = sum(flow.metadata.get(METADATA_KEY, {}).get("calls", 0) for flow in replay.first.values())
+    rewritten = sum(METADATA_KEY in flow.metadata and "upstream" in flow.metadata[METADATA_KEY] for flow in replay.first.values())
+    summary = [line for line in result.stdout.splitlines() if "LLM flows," in line]
+    assert len(summary) == 1, result.stdout[-3000:]
+    assert f" {rewritten} rewritten, {calls} calls from markup, 0 failed; LeakedMarkup {calls}, " in summary[0]

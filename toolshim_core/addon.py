@@ -19,7 +19,7 @@ import re
 from dataclasses import dataclass, field
 
 import orjson
-from mitmproxy import ctx, exceptions, flowfilter, http
+from mitmproxy import command, ctx, exceptions, flowfilter, http
 
 from .apis import METADATA_KEY, RESPONSES, api_of
 from .calls import RewriteStats
@@ -27,6 +27,7 @@ from .chat import ChatStreamRewriter, rewrite_chat_completion
 from .emulation import EmulatedRequest, emulate_request
 from .encoding import Decoder, incremental_decoder
 from .lexers import DIALECT_NAMES
+from .report import FlowOutcome, SessionCounters, tally
 from .responses import ResponsesStreamRewriter, rewrite_response_body
 from .stream import SseRewriter
 from .tools import RequestContext
@@ -133,6 +134,7 @@ class ToolShim:
         self._filter: flowfilter.TFilter | None = None
         self._emulate: re.Pattern[str] | None = None
         self._dialects: tuple[str, ...] | None = None
+        self.counters = SessionCounters()
 
     def load(self, loader) -> None:
         loader.add_option(
@@ -242,6 +244,18 @@ class ToolShim:
         if "toolshim_max_held" in updated and ctx.options.toolshim_max_held < 1024:
             raise exceptions.OptionsError("toolshim_max_held must be at least 1024 characters")
 
+    @command.command("toolshim.stats")
+    def stats(self) -> str:
+        """What toolshim repaired since mitmproxy started: flows, calls, and a table of
+        counters per dialect and category (LeakedMarkup, InvalidJson, UnknownName,
+        SchemaMismatch, BrokenStreamShape, NotAllowed)."""
+        text = self.counters.render()
+        log.info("%s", text)
+        return text
+
+    def done(self) -> None:
+        log.info("%s", self.counters.summary_line())
+
     # -- hooks -----------------------------------------------------------------------------------
 
     def requestheaders(self, flow: http.HTTPFlow) -> None:
@@ -253,6 +267,7 @@ class ToolShim:
         if METADATA_KEY in flow.metadata:
             return  # rewritten before (a live capture replayed offline): never twice
         self._flows[flow.id] = FlowState(api)
+        self.counters.count_flow(api)
         if flow.live:
             flow.request.headers["accept-encoding"] = "identity"
 
@@ -344,7 +359,8 @@ class ToolShim:
         stream = state.stream
         if flow.response.raw_content is None:  # mitmproxy 11 keeps no streamed body
             flow.response.raw_content = b"".join(stream.sent)
-        self._annotate(flow, stream.stats, b"".join(stream.upstream) if stream.keep_upstream else None, stream.failed, state)
+        upstream = b"".join(stream.upstream) if stream.keep_upstream else None
+        self._annotate(flow, state, stream.stats, changed=stream.rewriter.changed, upstream=upstream, failed=stream.failed)
         stream.release()
 
     @staticmethod
@@ -385,41 +401,49 @@ class ToolShim:
             return
         if changed:
             response.content = new_body  # re-encodes to the flow's content-encoding
-            self._annotate(flow, stats, body if ctx.options.toolshim_keep_upstream else None, False, state)
-        elif state.emulated is not None:
-            self._annotate(flow, stats, None, False, state)
-        else:
-            self._log_notes(flow, stats)  # markup that stayed text (a strict failure, say)
-
-    @staticmethod
-    def _log_notes(flow: http.HTTPFlow, stats: RewriteStats) -> None:
-        for note in stats.notes:
-            log.info("toolshim: %s: %s", flow.request.pretty_url, note)
+        upstream = body if changed and ctx.options.toolshim_keep_upstream else None
+        self._annotate(flow, state, stats, changed=changed, upstream=upstream, failed=False)
 
     def _annotate(
-        self, flow: http.HTTPFlow, stats: RewriteStats | None, upstream: bytes | None, failed: bool, state: FlowState
+        self, flow: http.HTTPFlow, state: FlowState, stats: RewriteStats, *, changed: bool, upstream: bytes | None, failed: bool
     ) -> None:
-        info: dict = {"calls": stats.calls if stats else 0, "names": list(stats.names) if stats else []}
-        if state.emulated is not None:
-            info["emulated"] = state.emulated.telemetry()
-            log.info(
-                "toolshim: emulated tools for %s: %d call(s) %s, problems %s, %s",
-                flow.request.pretty_url,
-                info["calls"],
-                info["names"],
-                dict(stats.problems) if stats else {},
-                info["emulated"],
-            )
-            if state.emulated.requires_call and not info["calls"]:
-                # A proxy cannot ask again without holding the whole answer back: the text
-                # answer goes to the client as it is, and the flow says what happened.
-                info["required_call_missing"] = True
-                log.warning("toolshim: %s: tool_choice demanded a call, the emulated backend answered without one", flow.request.pretty_url)
-        if stats is not None and stats.problems:
+        """Say what happened, where people look: the flow's comment and mark (mitmweb's list),
+        `flow.metadata["toolshim"]` (saved with the flow), the log, the session's counters."""
+        emulated = state.emulated
+        outcome = FlowOutcome(
+            stats,
+            changed=changed,
+            emulated=emulated is not None,
+            # A proxy cannot ask again without holding the whole answer back: the text answer
+            # goes to the client as it is, and the flow says what happened.
+            required_call_missing=emulated is not None and emulated.requires_call and not stats.calls,
+            failed=failed,
+        )
+        self.counters.add(outcome)
+        for note in stats.notes:
+            log.info("toolshim: %s: %s", flow.request.pretty_url, note)
+        if emulated is not None:
+            log.info("toolshim: emulated tools for %s: %s; %s", flow.request.pretty_url, outcome.comment(), emulated.telemetry())
+        if outcome.required_call_missing:
+            log.warning("toolshim: %s: tool_choice demanded a call, the emulated backend answered without one", flow.request.pretty_url)
+        if not outcome.worth_noting:
+            return
+        info: dict = {"calls": stats.calls, "names": list(stats.names), "tally": tally(stats)}
+        if emulated is not None:
+            info["emulated"] = emulated.telemetry()
+        if outcome.required_call_missing:
+            info["required_call_missing"] = True
+        if stats.problems:
             info["problems"] = dict(stats.problems)
-            self._log_notes(flow, stats)
+        if stats.stream_repairs:
+            info["stream_repairs"] = dict(stats.stream_repairs)
         if failed:
             info["failed"] = True
         if upstream is not None:
             info["upstream"] = upstream
         flow.metadata[METADATA_KEY] = info
+        comment = outcome.comment()
+        flow.comment = f"{flow.comment}\n{comment}" if flow.comment else comment
+        if not flow.marked:  # a user's own mark wins
+            flow.marked = outcome.mark()
+

@@ -23,7 +23,7 @@ def random_id(prefix: str, length: int = 24) -> str:
 
 
 # Why a piece of markup did not become a call, or was changed on the way (flow annotations,
-# the log, and later the `toolshim.stats` counters).
+# the log, and the `toolshim.stats` counters, which group them in `report.CATEGORIES`).
 INVALID_JSON = "invalid_json"  # the block's JSON could not be read, not even after repair
 REPAIRED_JSON = "repaired_json"  # non-strict tool: broken JSON repaired once, call emitted
 UNKNOWN_NAME = "unknown_name"  # names no declared tool
@@ -35,16 +35,22 @@ INVALID_SCHEMA = "invalid_schema"  # a declared tool's parameters are no JSON Sc
 
 @dataclass(slots=True)
 class RewriteStats:
-    """What a rewrite did, for flow annotations and logs."""
+    """What a rewrite did, for flow annotations, logs and the session's counters."""
 
     calls: int = 0
     names: list[str] = field(default_factory=list)
     finish_reasons_changed: int = 0
     problems: Counter[str] = field(default_factory=Counter)
     notes: list[str] = field(default_factory=list)  # one line each, at most MAX_NOTES
+    dialect_calls: Counter[str] = field(default_factory=Counter)  # calls made, by dialect
+    dialect_problems: Counter[tuple[str, str]] = field(default_factory=Counter)  # (dialect, problem)
+    # Upstream's own broken `tool_calls` stream, repaired (`native.py` repair kinds).
+    stream_repairs: Counter[str] = field(default_factory=Counter)
+    reasoning_moved: int = 0  # characters of `<think>` reasoning moved out of the content
 
-    def note(self, problem: str, detail: str) -> None:
+    def note(self, problem: str, detail: str, dialect: str = "") -> None:
         self.problems[problem] += 1
+        self.dialect_problems[dialect, problem] += 1
         if len(self.notes) < MAX_NOTES:
             self.notes.append(f"{problem}: {detail}")
 
@@ -62,23 +68,30 @@ class CallScope:
     def tools(self) -> dict[str, ToolSpec]:
         return self.context.tools
 
-    def admit(self, name: str) -> bool:
+    def admit(self, name: str, dialect: str = "") -> bool:
         """Ask before emitting a call to `name`; True means emit it (and it is counted)."""
-        return self.admit_all([name])
+        return self.admit_all([name], dialect)
 
-    def admit_all(self, names: list[str]) -> bool:
+    def admit_all(self, names: list[str], dialect: str = "") -> bool:
         """Ask before emitting several calls at once (one block listing them): all or none."""
         label = ", ".join(names)
         if self.context.tool_choice_none:
-            self.stats.note(NOT_ALLOWED, f"{label}: the request set tool_choice none")
+            self.note(NOT_ALLOWED, f"{label}: the request set tool_choice none", dialect)
             return False
         if (self._made or len(names) > 1) and not self.context.parallel_tool_calls:
-            self.stats.note(NOT_ALLOWED, f"{label}: only one call, parallel_tool_calls is false")
+            self.note(NOT_ALLOWED, f"{label}: only one call, parallel_tool_calls is false", dialect)
             return False
         self._made += len(names)
         self.stats.calls += len(names)
         self.stats.names.extend(names)
+        self.stats.dialect_calls[dialect] += len(names)
         return True
+
+    def note(self, problem: str, detail: str, dialect: str = "") -> None:
+        self.stats.note(problem, detail, dialect)
+
+    def for_dialect(self, dialect: str) -> DialectScope:
+        return DialectScope(self, dialect)
 
     def note_upstream_call(self) -> None:
         """Upstream made a call of its own: with parallel_tool_calls false, none of ours follows."""
@@ -97,3 +110,47 @@ class CallScope:
 
     def id_taken(self, call_id: str) -> bool:
         return call_id in self._used_ids
+
+
+class DialectScope:
+    """One dialect's handle on a `CallScope`: the calls it admits and the problems it notes are
+    counted under its name (flow comments and `toolshim.stats` say which dialect leaked)."""
+
+    __slots__ = ("_scope", "dialect")
+
+    def __init__(self, scope: CallScope, dialect: str) -> None:
+        self._scope = scope
+        self.dialect = dialect
+
+    @property
+    def context(self) -> RequestContext:
+        return self._scope.context
+
+    @property
+    def stats(self) -> RewriteStats:
+        return self._scope.stats
+
+    @property
+    def tools(self) -> dict[str, ToolSpec]:
+        return self._scope.tools
+
+    def admit(self, name: str) -> bool:
+        return self._scope.admit_all([name], self.dialect)
+
+    def admit_all(self, names: list[str]) -> bool:
+        return self._scope.admit_all(names, self.dialect)
+
+    def note(self, problem: str, detail: str) -> None:
+        self._scope.note(problem, detail, self.dialect)
+
+    def note_upstream_call(self) -> None:
+        self._scope.note_upstream_call()
+
+    def mint_call_id(self) -> str:
+        return self._scope.mint_call_id()
+
+    def claim_id(self, call_id: str) -> str:
+        return self._scope.claim_id(call_id)
+
+    def id_taken(self, call_id: str) -> bool:
+        return self._scope.id_taken(call_id)

@@ -55,7 +55,7 @@ class ChoiceRewriter:
         self._reasoning_over: set[tuple[str, ...]] = set()  # channels whose `</think>` leaked
         self._open_index: int | None = None
         self.next_index = 0
-        self.native = NativeCalls(self._allocate_native, self._scope.mint_call_id)  # upstream's own calls
+        self.native = NativeCalls(self._allocate_native, self._scope.mint_call_id, stats.stream_repairs)  # upstream's own calls
 
     @property
     def idle(self) -> bool:
@@ -114,6 +114,7 @@ class ChoiceRewriter:
             elif type(seg) is ReasoningEnd:
                 self._reasoning_over.add(channel)
             elif type(seg) is ReasoningText:
+                self._scope.stats.reasoning_moved += len(seg.text)
                 if self._reasoning_keys is None:
                     self._reasoning_keys = (self._reasoning_field,)
                 parts.append(("text", self._reasoning_keys, seg.text))

@@ -227,17 +227,23 @@ class NativeCalls:
 
     `allocate()` hands out the next call index of the choice (shared with calls found in
     markup); it is called once per call, when its first entry is sent. `mint_id()` makes an id
-    for a call that arrived without one.
+    for a call that arrived without one. `repairs` counts what was changed, by kind (the
+    flow's `RewriteStats.stream_repairs`, when given).
     """
 
-    def __init__(self, allocate: Callable[[], int], mint_id: Callable[[], str] | None = None) -> None:
+    def __init__(
+        self,
+        allocate: Callable[[], int],
+        mint_id: Callable[[], str] | None = None,
+        repairs: Counter[str] | None = None,
+    ) -> None:
         self._allocate = allocate
         self._mint_id = mint_id or (lambda: random_id("call_"))
         self._calls: list[_Call] = []
         self._by_id: dict[str, _Call] = {}
         self._by_index: dict[int, _Call] = {}
         self.changed = False  # the last feed()/finish() wrote anything but its input entries
-        self.repairs: Counter[str] = Counter()
+        self.repairs: Counter[str] = Counter() if repairs is None else repairs
 
     @property
     def emitted(self) -> int:

@@ -409,6 +409,7 @@ class ResponsesRewriter:
             elif type(seg) is ReasoningEnd:
                 source.reasoning_over.add(content_index)
             elif type(seg) is ReasoningText:
+                self.stats.reasoning_moved += len(seg.text)
                 self._text(source, content_index, seg.text, out, None, kind=REASONING)
 
     def _text(

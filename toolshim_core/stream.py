@@ -18,24 +18,37 @@ class SseRewriter:
         self._framer = SseFramer()
         self.stats = RewriteStats()
         self.failure: Exception | None = None
+        self._echo = EchoCheck()
+
+    @property
+    def changed(self) -> bool:
+        """Did the client get anything else than upstream sent (so far)?"""
+        return self._echo.changed
 
     def feed(self, data: bytes) -> list[bytes]:
         out: list[bytes] = []
         for raw in self._framer.feed(data):
+            self._echo.took(raw)
             out += self._on_block_failing_open(raw)
+        self._echo.gave(out)
         return out
 
     def close(self) -> list[bytes]:
         """End of body: complete blocks, then whatever the lexers still hold, then the tail."""
         out: list[bytes] = []
         for raw in self._framer.close():
+            self._echo.took(raw)
             out += self._on_block_failing_open(raw)
         if self.failure is None:
             try:
-                out += self._at_end()
+                released = self._at_end()
             except Exception as exc:  # nothing more to lose than what was held
                 self.failure = exc
+            else:
+                out += released
         tail = self._framer.take_pending()
+        self._echo.gave(out)
+        self._echo.end()
         return [*out, tail] if tail else out
 
     def take_pending(self) -> bytes:
@@ -47,13 +60,45 @@ class SseRewriter:
         if self.failure is not None:
             return [raw]
         try:
-            return self._on_block(raw)
+            out = self._on_block(raw)
         except Exception as exc:  # a bug of ours must not cost the client an event
             self.failure = exc
             return [raw]
+        return out
 
     def _on_block(self, raw: bytes) -> list[bytes]:
         raise NotImplementedError
 
     def _at_end(self) -> list[bytes]:
         return []
+
+
+class EchoCheck:
+    """Is the body sent still byte for byte the body received? Compared as the bytes go, keeping
+    only what came in and was not sent yet (what the rewriter holds), so a flow can be annotated
+    as rewritten or not without a copy of either body."""
+
+    def __init__(self) -> None:
+        self.changed = False
+        self._unsent = bytearray()
+
+    def took(self, raw: bytes) -> None:
+        if not self.changed:
+            self._unsent += raw
+
+    def gave(self, pieces: list[bytes]) -> None:
+        for piece in pieces:
+            if self.changed:
+                return
+            if self._unsent.startswith(piece):
+                del self._unsent[: len(piece)]
+            else:
+                self._differs()
+
+    def end(self) -> None:
+        if self._unsent:  # held and never sent: dropped
+            self._differs()
+
+    def _differs(self) -> None:
+        self.changed = True
+        self._unsent = bytearray()

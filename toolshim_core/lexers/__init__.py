@@ -41,35 +41,35 @@ def _kimi(lexers: ScopeLexers, reasoning: bool) -> Lexer:
 
 
 def _hermes(lexers: ScopeLexers, reasoning: bool) -> Lexer:
-    return SentinelLexer(lexers.scope, max_held=lexers.max_held)
+    return SentinelLexer(lexers.scope.for_dialect("hermes"), max_held=lexers.max_held)
 
 
 def _qwen_xml(lexers: ScopeLexers, reasoning: bool) -> Lexer:
-    return QwenXmlLexer(lexers.scope, max_held=lexers.max_held)
+    return QwenXmlLexer(lexers.scope.for_dialect("qwen_xml"), max_held=lexers.max_held)
 
 
 def _glm(lexers: ScopeLexers, reasoning: bool) -> Lexer:
-    return GlmLexer(lexers.scope, max_held=lexers.max_held)
+    return GlmLexer(lexers.scope.for_dialect("glm"), max_held=lexers.max_held)
 
 
 def _minimax(lexers: ScopeLexers, reasoning: bool) -> Lexer:
-    return MiniMaxLexer(lexers.scope, max_held=lexers.max_held)
+    return MiniMaxLexer(lexers.scope.for_dialect("minimax"), max_held=lexers.max_held)
 
 
 def _deepseek(lexers: ScopeLexers, reasoning: bool) -> Lexer:
-    return DeepSeekLexer(lexers.scope, max_held=lexers.max_held, reasoning=reasoning)
+    return DeepSeekLexer(lexers.scope.for_dialect("deepseek"), max_held=lexers.max_held, reasoning=reasoning)
 
 
 def _harmony(lexers: ScopeLexers, reasoning: bool) -> Lexer:
-    return HarmonyLexer(lexers.scope, max_held=lexers.max_held)
+    return HarmonyLexer(lexers.scope.for_dialect("harmony"), max_held=lexers.max_held)
 
 
 def _mistral(lexers: ScopeLexers, reasoning: bool) -> Lexer:
-    return MistralLexer(lexers.scope, max_held=lexers.max_held)
+    return MistralLexer(lexers.scope.for_dialect("mistral"), max_held=lexers.max_held)
 
 
 def _llama(lexers: ScopeLexers, reasoning: bool) -> Lexer:
-    return LlamaLexer(lexers.scope, max_held=lexers.max_held, bare_json=not reasoning and lexers.bare_json)
+    return LlamaLexer(lexers.scope.for_dialect("llama"), max_held=lexers.max_held, bare_json=not reasoning and lexers.bare_json)
 
 
 _LLAMA_MODELS = re.compile(r"llama|functionary", re.I)
@@ -127,7 +127,7 @@ class ScopeLexers:
     def __init__(self, scope: CallScope, *, max_held: int) -> None:
         self.scope = scope
         self.max_held = max_held
-        self.kimi_namer = KimiCallNamer(scope)  # shared: Kimi ids stay unique across channels
+        self.kimi_namer = KimiCallNamer(scope.for_dialect("kimi"))  # shared: Kimi ids stay unique across channels
         context = scope.context
         self._dialects = dialects_for(context.model, context.dialects)
         self.preopened = starts_in_reasoning(context)

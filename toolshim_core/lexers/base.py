@@ -172,3 +172,8 @@ class ChainLexer:
                 out += self.second.finish()
                 out.append(seg)
         return out
+
+
+def excerpt(text: str, limit: int = 120) -> str:
+    """Markup quoted in a note: enough to recognise it, bounded for a 1 MB block."""
+    return text if len(text) <= limit else text[: limit - 1] + "…"

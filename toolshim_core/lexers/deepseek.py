@@ -92,6 +92,7 @@ from .base import (
     ReasoningEnd,
     Segment,
     Text,
+    excerpt,
     find_marker,
     is_marker_fragment,
 )
@@ -437,7 +438,7 @@ class DeepSeekLexer:
         name = header.removeprefix("functions.")
         spec = self._scope.tools.get(name)
         if spec is None:
-            self._scope.stats.note(UNKNOWN_NAME, f"{_excerpt(name)} is not a declared tool")
+            self._scope.note(UNKNOWN_NAME, f"{excerpt(name)} is not a declared tool")
             self._release(out, VISIBLE)
         elif spec.strict:
             self._name = name
@@ -619,6 +620,3 @@ def _finite_float(literal: str) -> float:
         raise ValueError(f"{literal} is out of range")
     return value
 
-
-def _excerpt(text: str, limit: int = 120) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"

@@ -81,6 +81,7 @@ from .base import (
     ReasoningText,
     Segment,
     Text,
+    excerpt,
     find_marker,
     is_marker_fragment,
 )
@@ -333,7 +334,7 @@ class HarmonyLexer:
             name = recipient.removeprefix("functions.")
             spec = self._scope.tools.get(name)
             if spec is None:
-                self._scope.stats.note(UNKNOWN_NAME, f"{_excerpt(recipient)} is not a declared tool")
+                self._scope.note(UNKNOWN_NAME, f"{excerpt(recipient)} is not a declared tool")
                 self._release(out)
             elif spec.strict:
                 self._name = name
@@ -418,7 +419,7 @@ class HarmonyLexer:
         for suffix in _STRIPPED_SUFFIXES:
             if compact.endswith(suffix) and compact[: len(compact) - len(suffix)] in self._scope.tools:
                 return compact[: len(compact) - len(suffix)]
-        self._scope.stats.note(UNKNOWN_NAME, f"{_excerpt(compact)} (stripped Harmony) is not a declared tool")
+        self._scope.note(UNKNOWN_NAME, f"{excerpt(compact)} (stripped Harmony) is not a declared tool")
         return None
 
     def _scan_json(self, buf: str, pos: int, out: list[Segment]) -> int | None:
@@ -492,6 +493,3 @@ class HarmonyLexer:
         if text:
             out.append(Text(text))
 
-
-def _excerpt(text: str, limit: int = 120) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"

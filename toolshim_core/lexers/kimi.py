@@ -26,7 +26,7 @@ import re
 
 import orjson
 
-from ..calls import CallScope
+from ..calls import UNKNOWN_NAME, CallScope
 from ..tools import TOOL_NAME
 from .base import (
     CallArgs,
@@ -36,6 +36,7 @@ from .base import (
     ReasoningEnd,
     Segment,
     Text,
+    excerpt,
     find_marker,
     is_marker_fragment,
 )
@@ -315,6 +316,7 @@ class KimiLexer:
             self._held_args = []
             self._held_size = 0
         else:
+            self._namer.scope.note(UNKNOWN_NAME, f"{excerpt(self._header)} names no declared tool")
             self._release_call_as_text(out)
 
     def _close_call(self, out: list[Segment], closing_marker: str) -> None:
@@ -325,6 +327,8 @@ class KimiLexer:
         elif self._state == INFER:
             arguments = "".join(self._held_args).strip()
             name = self._namer.name_from_arguments(arguments)
+            if name is None:
+                self._namer.scope.note(UNKNOWN_NAME, f"{excerpt(self._header)}: its arguments fit no declared tool")
             if name is None or not self._namer.scope.admit(name):
                 out.append(Text("".join(self._raw_call) + closing_marker))
             else:

@@ -68,7 +68,7 @@ from ..calls import (
     CallScope,
 )
 from ..tools import ToolSpec
-from .base import CallArgs, CallBegin, CallEnd, Marker, Segment, Text, find_marker
+from .base import CallArgs, CallBegin, CallEnd, Marker, Segment, Text, excerpt, find_marker
 
 OPEN_TAG = "<tool_call>"
 END_TAG = "</tool_call>"
@@ -162,7 +162,7 @@ class ToolCallJudge:
         if repaired:
             value = _repair(block)
             if value is _INVALID:
-                raise _Rejected(INVALID_JSON, f"unreadable block {_excerpt(block)}")
+                raise _Rejected(INVALID_JSON, f"unreadable block {excerpt(block)}")
         entries = value if isinstance(value, list) else [value]
         if not entries:
             raise _Rejected(INVALID_JSON, "an empty list of calls")
@@ -175,11 +175,11 @@ class ToolCallJudge:
     def _check_entry(self, entry: Any, repaired: bool) -> ParsedCall:
         # After a repair, anything but a call to a declared tool means the repair failed.
         if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
-            raise _Rejected(INVALID_JSON, f"not a call object {_excerpt(compact_json(entry))}")
+            raise _Rejected(INVALID_JSON, f"not a call object {excerpt(compact_json(entry))}")
         name = entry["name"]
         spec = self.scope.tools.get(name)
         if spec is None:
-            raise _Rejected(INVALID_JSON if repaired else UNKNOWN_NAME, f"{_excerpt(name)} is not a declared tool")
+            raise _Rejected(INVALID_JSON if repaired else UNKNOWN_NAME, f"{excerpt(name)} is not a declared tool")
         if repaired and spec.strict:
             raise _Rejected(STRICT_FAILURE, f"{name}: the block is not valid JSON")
         notes: list[tuple[str, str]] = []
@@ -199,7 +199,7 @@ class ToolCallJudge:
                     raise _Rejected(INVALID_JSON, f"{name}: arguments are not an object")
                 arguments = _repair(raw)
                 if not isinstance(arguments, dict):
-                    raise _Rejected(INVALID_JSON, f"{name}: unreadable arguments {_excerpt(raw)}")
+                    raise _Rejected(INVALID_JSON, f"{name}: unreadable arguments {excerpt(raw)}")
                 text = compact_json(arguments)
                 notes.append((REPAIRED_JSON, f"{name}: arguments repaired"))
         else:
@@ -225,15 +225,15 @@ class ToolCallJudge:
             error = best_match(validator.iter_errors(arguments))
         except Exception as exc:  # e.g. a $ref that cannot be resolved: treat as no schema
             self._validators[spec.name] = None
-            self._note(INVALID_SCHEMA, f"{spec.name}: {_excerpt(str(exc))}")
+            self._note(INVALID_SCHEMA, f"{spec.name}: {excerpt(str(exc))}")
             return None
         if error is None:
             return None
         where = "/".join(str(p) for p in error.absolute_path)
-        return _excerpt(f"{where or '(root)'}: {error.message}")
+        return excerpt(f"{where or '(root)'}: {error.message}")
 
     def _note(self, problem: str, detail: str) -> None:
-        self.scope.stats.note(problem, detail)
+        self.scope.note(problem, detail)
 
 
 def _validator(parameters: dict[str, Any] | None) -> tuple[Any, str | None]:
@@ -257,7 +257,7 @@ def _compiled_validator(key: bytes) -> tuple[Any, str | None]:
         return cls(schema), None
     except Exception as exc:  # SchemaError, or a $schema this jsonschema does not know
         reason = (str(exc).splitlines() or [type(exc).__name__])[0]
-        return None, f"invalid parameters schema, not validated ({_excerpt(reason)})"
+        return None, f"invalid parameters schema, not validated ({excerpt(reason)})"
 
 
 def loads_strict(text: str, invalid: Any) -> Any:
@@ -316,9 +316,6 @@ def compact_json(value: Any) -> str:
             text = json.dumps(value, separators=(",", ":"))
         return text
 
-
-def _excerpt(text: str, limit: int = 120) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 # -- the lexer --------------------------------------------------------------------------------

@@ -490,7 +490,7 @@ class UnitLexer:
         return self._scope.mint_call_id()
 
     def _note(self, problem: str, detail: str) -> None:
-        self._scope.stats.note(problem, detail)
+        self._scope.note(problem, detail)
 
     @staticmethod
     def _emit(out: list[Segment], text: str) -> None:

@@ -99,7 +99,7 @@ from typing import Any
 
 from ..calls import SCHEMA_MISMATCH, STRICT_FAILURE, UNKNOWN_NAME, CallScope
 from ..tools import ToolSpec
-from .base import CallArgs, CallBegin, CallEnd, Marker, Segment, Text, find_marker
+from .base import CallArgs, CallBegin, CallEnd, Marker, Segment, Text, excerpt, find_marker
 from .sentinel import ToolCallJudge, compact_json, loads_strict
 
 MAX_NAME = 256  # a function, parameter or key name longer than this is not a name
@@ -266,9 +266,6 @@ def _properties(spec: ToolSpec | None) -> dict[str, Any] | None:
     properties = parameters.get("properties") if isinstance(parameters, dict) else None
     return properties if isinstance(properties, dict) else None
 
-
-def _excerpt(text: str, limit: int = 120) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 # -- what every block dialect shares ------------------------------------------------------------
@@ -500,7 +497,7 @@ class _BlockLexer:
         tools = self._scope.tools
         for call in self._calls:
             if call.name not in tools:
-                self._scope.stats.note(UNKNOWN_NAME, f"{_excerpt(call.name)} is not a declared tool")
+                self._scope.note(UNKNOWN_NAME, f"{excerpt(call.name)} is not a declared tool")
                 return None
         built: list[tuple[str, str]] = []
         notes: list[tuple[str, str]] = []
@@ -513,14 +510,14 @@ class _BlockLexer:
             error = self._judge.schema_error(spec, arguments)
             if error is not None:
                 if spec.strict:
-                    self._scope.stats.note(STRICT_FAILURE, f"{call.name}: {error}")
+                    self._scope.note(STRICT_FAILURE, f"{call.name}: {error}")
                     return None
                 notes.append((SCHEMA_MISMATCH, f"{call.name}: {error}"))
             built.append((call.name, compact_json(arguments)))
         if not self._scope.admit_all([name for name, _ in built]):
             return None
         for problem, detail in notes:
-            self._scope.stats.note(problem, detail)
+            self._scope.note(problem, detail)
         return built
 
     def _value_text(self, text: str, param: _Param) -> str:
