@@ -162,3 +162,27 @@ def test_every_byte_boundary_through_mitmdump_and_the_sdk(upstream, proxy, uniqu
     with ThreadPoolExecutor(8) as pool:
         results = list(pool.map(calls_for, range(1, len(body))))
     assert all(r == expected for r in results), [i + 1 for i, r in enumerate(results) if r != expected][:10]
+
+
+def test_a_flow_saved_live_is_not_rewritten_again_offline(upstream, unique_model, tmp_path):
+    """`-w` keeps what the client got and the original; replaying the capture through the addon
+    offline changes nothing: not the body, not the annotation, not the comment."""
+    from harness import Mitmdump, read_flows, run_offline
+
+    upstream.add(unique_model, chunks=[sse_body(kimi_chunks(unique_model, SEED_000))])
+    captured = tmp_path / "live.flow"
+    with Mitmdump(upstream.url, extra_args=["-w", str(captured)]) as proc:
+        with openai.OpenAI(base_url=proc.base_url, api_key="sk-test", max_retries=0) as client:
+            final, _ = accumulate(client, unique_model)
+    assert [c.function.name for c in final.choices[0].message.tool_calls] == ["bash", "read_file"]
+    (live,) = read_flows(captured)
+    assert live.comment == "toolshim: kimi → 2 calls (bash, read_file)" and live.marked == ":wrench:"
+    assert b"<|tool_call_begin|>" in live.metadata["toolshim"]["upstream"]
+    assert b"<|tool_call_begin|>" not in live.response.content
+
+    result = run_offline(captured, tmp_path / "again.flow")
+    assert result.returncode == 0, result.stderr
+    (again,) = read_flows(tmp_path / "again.flow")
+    assert again.response.content == live.response.content
+    assert again.metadata == live.metadata
+    assert (again.comment, again.marked) == (live.comment, live.marked)

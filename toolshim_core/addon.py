@@ -359,8 +359,9 @@ class ToolShim:
         stream = state.stream
         if flow.response.raw_content is None:  # mitmproxy 11 keeps no streamed body
             flow.response.raw_content = b"".join(stream.sent)
-        upstream = b"".join(stream.upstream) if stream.keep_upstream else None
-        self._annotate(flow, state, stream.stats, changed=stream.rewriter.changed, upstream=upstream, failed=stream.failed)
+        changed = stream.rewriter.changed or stream.failed  # after a failure: compare no more
+        upstream = b"".join(stream.upstream) if stream.keep_upstream and changed else None
+        self._annotate(flow, state, stream.stats, changed=changed, upstream=upstream, failed=stream.failed)
         stream.release()
 
     @staticmethod
