@@ -55,102 +55,72 @@ class RewriteStats:
             self.notes.append(f"{problem}: {detail}")
 
 
-class CallScope:
-    """The calls one choice or response may still make, and the ids it has handed out."""
+class _Ledger:
+    """What the dialects of one scope share: the calls made so far and the ids handed out."""
 
-    def __init__(self, context: RequestContext, stats: RewriteStats) -> None:
+    __slots__ = ("made", "used_ids")
+
+    def __init__(self) -> None:
+        self.made = 0
+        self.used_ids: set[str] = set()
+
+
+class CallScope:
+    """The calls one choice or response may still make, and the ids it has handed out.
+
+    Each dialect gets its own view (`for_dialect`), sharing the ledger, so the calls it admits
+    and the problems it notes are counted under its name (flow comments, `toolshim.stats`).
+    """
+
+    def __init__(self, context: RequestContext, stats: RewriteStats, dialect: str = "", ledger: _Ledger | None = None) -> None:
         self.context = context
         self.stats = stats
-        self._made = 0
-        self._used_ids: set[str] = set()
+        self.dialect = dialect
+        self._ledger = ledger or _Ledger()
+
+    def for_dialect(self, dialect: str) -> CallScope:
+        return CallScope(self.context, self.stats, dialect, self._ledger)
 
     @property
     def tools(self) -> dict[str, ToolSpec]:
         return self.context.tools
 
-    def admit(self, name: str, dialect: str = "") -> bool:
+    def admit(self, name: str) -> bool:
         """Ask before emitting a call to `name`; True means emit it (and it is counted)."""
-        return self.admit_all([name], dialect)
+        return self.admit_all([name])
 
-    def admit_all(self, names: list[str], dialect: str = "") -> bool:
+    def admit_all(self, names: list[str]) -> bool:
         """Ask before emitting several calls at once (one block listing them): all or none."""
         label = ", ".join(names)
         if self.context.tool_choice_none:
-            self.note(NOT_ALLOWED, f"{label}: the request set tool_choice none", dialect)
+            self.note(NOT_ALLOWED, f"{label}: the request set tool_choice none")
             return False
-        if (self._made or len(names) > 1) and not self.context.parallel_tool_calls:
-            self.note(NOT_ALLOWED, f"{label}: only one call, parallel_tool_calls is false", dialect)
+        if (self._ledger.made or len(names) > 1) and not self.context.parallel_tool_calls:
+            self.note(NOT_ALLOWED, f"{label}: only one call, parallel_tool_calls is false")
             return False
-        self._made += len(names)
+        self._ledger.made += len(names)
         self.stats.calls += len(names)
         self.stats.names.extend(names)
-        self.stats.dialect_calls[dialect] += len(names)
+        self.stats.dialect_calls[self.dialect] += len(names)
         return True
 
-    def note(self, problem: str, detail: str, dialect: str = "") -> None:
-        self.stats.note(problem, detail, dialect)
-
-    def for_dialect(self, dialect: str) -> DialectScope:
-        return DialectScope(self, dialect)
+    def note(self, problem: str, detail: str) -> None:
+        self.stats.note(problem, detail, self.dialect)
 
     def note_upstream_call(self) -> None:
         """Upstream made a call of its own: with parallel_tool_calls false, none of ours follows."""
-        self._made += 1
+        self._ledger.made += 1
 
     def mint_call_id(self) -> str:
         """`call_` and 24 random alphanumerics, unique within the scope (seed 003)."""
         while True:
             call_id = random_id("call_")
-            if call_id not in self._used_ids:
+            if call_id not in self._ledger.used_ids:
                 return self.claim_id(call_id)
 
     def claim_id(self, call_id: str) -> str:
-        self._used_ids.add(call_id)
+        self._ledger.used_ids.add(call_id)
         return call_id
 
     def id_taken(self, call_id: str) -> bool:
-        return call_id in self._used_ids
-
-
-class DialectScope:
-    """One dialect's handle on a `CallScope`: the calls it admits and the problems it notes are
-    counted under its name (flow comments and `toolshim.stats` say which dialect leaked)."""
-
-    __slots__ = ("_scope", "dialect")
-
-    def __init__(self, scope: CallScope, dialect: str) -> None:
-        self._scope = scope
-        self.dialect = dialect
-
-    @property
-    def context(self) -> RequestContext:
-        return self._scope.context
-
-    @property
-    def stats(self) -> RewriteStats:
-        return self._scope.stats
-
-    @property
-    def tools(self) -> dict[str, ToolSpec]:
-        return self._scope.tools
-
-    def admit(self, name: str) -> bool:
-        return self._scope.admit_all([name], self.dialect)
-
-    def admit_all(self, names: list[str]) -> bool:
-        return self._scope.admit_all(names, self.dialect)
-
-    def note(self, problem: str, detail: str) -> None:
-        self._scope.note(problem, detail, self.dialect)
-
-    def note_upstream_call(self) -> None:
-        self._scope.note_upstream_call()
-
-    def mint_call_id(self) -> str:
-        return self._scope.mint_call_id()
-
-    def claim_id(self, call_id: str) -> str:
-        return self._scope.claim_id(call_id)
-
-    def id_taken(self, call_id: str) -> bool:
-        return self._scope.id_taken(call_id)
+        return call_id in self._ledger.used_ids
