@@ -231,3 +231,19 @@ def test_dialects_option_forces_the_set_and_refuses_unknown_names():
     result = check_chat_stream(out)
     assert result["tool_calls"] == []  # Kimi markup is not read when only hermes runs
     assert "<|tool_call_begin|>" in result["reasoning_content"]
+
+
+def test_an_answer_another_addon_set_whole_is_rewritten_in_response():
+    """Server replay and map_local answer in the `request` hook: nothing streams, so the
+    body is rewritten whole, as an offline flow's is."""
+    addon = ToolShim()
+    with taddons.context(addon):
+        flow = chat_flow()
+        addon.requestheaders(flow)
+        addon.request(flow)
+        flow.response.content = BODY  # what server replay does in its `request` hook
+        addon.responseheaders(flow)
+        assert not flow.response.stream
+        addon.response(flow)
+        assert [c["name"] for c in check_chat_stream(flow.response.content)["tool_calls"]] == ["bash", "read_file"]
+        assert flow.metadata["toolshim"]["upstream"] == BODY

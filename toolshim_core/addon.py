@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 import orjson
 from mitmproxy import command, ctx, exceptions, flowfilter, http
 
+from . import contentview
 from .apis import METADATA_KEY, RESPONSES, api_of
 from .calls import RewriteStats
 from .chat import ChatStreamRewriter, rewrite_chat_completion
@@ -137,6 +138,7 @@ class ToolShim:
         self.counters = SessionCounters()
 
     def load(self, loader) -> None:
+        contentview.register()  # the "LLM stream" view for mitmweb and the console
         loader.add_option(
             "toolshim_enabled", bool, True, "Repair tool-call markup in LLM responses."
         )
@@ -255,6 +257,7 @@ class ToolShim:
 
     def done(self) -> None:
         log.info("%s", self.counters.summary_line())
+        contentview.unregister()  # a reloaded script registers it again
 
     # -- hooks -----------------------------------------------------------------------------------
 
@@ -319,8 +322,10 @@ class ToolShim:
         if not (200 <= response.status_code < 300):
             self._flows.pop(flow.id, None)  # error answers pass untouched
             return
-        if not flow.live or not is_event_stream(response.headers):
-            return  # offline flows and JSON bodies are rewritten whole in `response`
+        if not flow.live or not is_event_stream(response.headers) or response.raw_content is not None:
+            # Offline flows, JSON bodies, and answers another addon set whole in `request`
+            # (server replay, map_local: nothing will stream) are rewritten whole in `response`.
+            return
         encoding = response.headers.get("content-encoding", "")
         decoder = incremental_decoder(encoding)
         if decoder is None:
