@@ -1,0 +1,100 @@
+"""`toolshim-demo`, the installed console script, run the way a newcomer runs it.
+
+The environment has no API key, a base URL and proxy variables that point at a dead local port,
+and no NO_PROXY: were the demo to reach for a backend or the network, or let the environment
+reroute the SDK, it would fail.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from harness import PROJECT_ROOT
+from toolshim_core.demo import DEFAULT_FLOWS
+
+DEMO_SCRIPT = Path(sys.executable).parent / "toolshim-demo"
+DEAD_ADDRESS = "http://127.0.0.1:9"
+PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY")
+PATTERN_PREFIX = "re:"  # as in flows/*.expected.json: a minted id, given as a regular expression
+
+
+def run_demo(*arguments: str) -> subprocess.CompletedProcess[str]:
+    assert DEMO_SCRIPT.is_file(), f"{DEMO_SCRIPT} is not installed: pip install -e '.[test]'"
+    environment = {
+        key: value
+        for key, value in os.environ.items()
+        if not key.startswith("OPENAI_") and key.upper() not in {*PROXY_VARIABLES, "NO_PROXY"}
+    }
+    environment["OPENAI_BASE_URL"] = f"{DEAD_ADDRESS}/v1"
+    for name in PROXY_VARIABLES:
+        environment[name] = environment[name.lower()] = DEAD_ADDRESS
+    return subprocess.run(
+        [str(DEMO_SCRIPT), *arguments],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=environment,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def sections(output: str) -> list[str]:
+    """The demo's output per flow: from its `[n/N]` heading to the next."""
+    return re.split(r"^\[\d+/\d+\] ", output, flags=re.MULTILINE)[1:]
+
+
+def squeezed(text: str) -> str:
+    """Whitespace runs as one space: the demo wraps long lines."""
+    return " ".join(text.split())
+
+
+def expected_call_lines(name: str) -> list[str]:
+    """Patterns of the lines that show the calls `flows/<name>.expected.json` expects."""
+    expected: dict[str, Any] = json.loads((PROJECT_ROOT / "flows" / f"{name}.expected.json").read_text())
+    if "calls" in expected:  # Responses API: calls are function_call items among the output items
+        item_indexes = [index for index, kind in enumerate(expected["items"]) if kind == "function_call"]
+        shown = [(f"output[{index}] function_call", "call_id", call["call_id"], call) for index, call in zip(item_indexes, expected["calls"])]
+    else:
+        shown = [(f"tool_calls[{index}]", "id", call["id"], call) for index, call in enumerate(expected["tool_calls"])]
+    patterns = []
+    for label, id_key, call_id, call in shown:
+        id_pattern = call_id.removeprefix(PATTERN_PREFIX) if call_id.startswith(PATTERN_PREFIX) else re.escape(call_id)
+        patterns.append(
+            f"{re.escape(label)}: {re.escape(call['name'])}, {id_key} {id_pattern} arguments {re.escape(squeezed(call['arguments']))}"
+        )
+    return patterns
+
+
+def test_demo_shows_the_leaked_markup_and_the_calls_the_sdk_got():
+    result = run_demo()
+
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "Traceback" not in result.stdout + result.stderr
+    flows = sections(result.stdout)
+    assert len(flows) == len(DEFAULT_FLOWS)
+    for name, section in zip(DEFAULT_FLOWS, flows):
+        upstream_sent, sdk_got = section.split("the OpenAI SDK got, through toolshim:")
+        assert name in upstream_sent
+        for pattern in expected_call_lines(name):
+            assert re.search(pattern, squeezed(sdk_got)), f"{name}: no {pattern!r} in\n{sdk_got}"
+        assert "=> repaired" in sdk_got
+    kimi_sent, kimi_got = flows[0].split("the OpenAI SDK got, through toolshim:")
+    assert "<|tool_calls_section_begin|>" in kimi_sent and "functions.bash:15" in kimi_sent
+    assert "<|tool" not in kimi_got and "finish_reason: tool_calls" in kimi_got
+    assert "All 4 flows repaired" in result.stdout
+
+
+def test_an_unknown_flow_name_is_a_clear_error():
+    result = run_demo("kimi_seed_000_reasonin")
+
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    assert "no flow named 'kimi_seed_000_reasonin'" in result.stderr
+    assert "did you mean kimi_seed_000_reasoning?" in result.stderr
+    assert result.stdout == ""
