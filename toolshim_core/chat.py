@@ -185,6 +185,8 @@ class ChatStreamRewriter(SseRewriter):
         # Until upstream's reasoning field is seen, events naming one are read: reasoning moved
         # out of `content` must go to the field upstream uses.
         self._reasoning_field_known = False
+        # Nothing held, no call made: an event with nothing to read passes as it came.
+        self._quiet = not self._reads_start
 
     # -- events ----------------------------------------------------------------------------------
 
@@ -193,21 +195,36 @@ class ChatStreamRewriter(SseRewriter):
             return False
         return all(choice.idle for choice in self._choices.values())
 
-    def _on_block(self, raw: bytes) -> list[bytes]:
-        quiet = not self.stats.calls and self._all_idle() and not (self._context.parse_error_chunk and self.stats.problems)
-        if (
-            quiet
-            and b"<" not in raw
+    def _passes_untouched(self, data: bytes) -> bool:
+        """A read of whole events that the per-event fast path would pass one by one, with no
+        state to update on the way (content has started): it passes whole, unframed."""
+        return self._quiet and self._content_started and self._nothing_to_read(data)
+
+    def _nothing_to_read(self, raw: bytes) -> bool:
+        """No marker can start in these bytes and no upstream call is in them: cheap substring
+        tests first, the regular expressions only when a test is inconclusive."""
+        return (
+            b"<" not in raw
             and b"\\u003" not in raw
-            and not _BRACKET_MARKUP.search(raw)
-            and not _UPSTREAM_CALLS.search(raw)
+            # Every `[` opens a JSON array of objects or an empty one: no bracket marker.
+            and (raw.count(b"[") == raw.count(b"[{") + raw.count(b"[]") or not _BRACKET_MARKUP.search(raw))
+            and (b'"tool_calls"' not in raw or not _UPSTREAM_CALLS.search(raw))
             and (self._reasoning_field_known or b'"reasoning' not in raw)
-        ):
+        )
+
+    def _on_block(self, raw: bytes) -> list[bytes]:
+        if self._quiet and self._nothing_to_read(raw):
             if not self._content_started and _CONTENT_TEXT.search(raw):
                 self._content_started = True  # a reasoning block can no longer open
                 for choice in self._choices.values():
                     choice.content_started = True
             return [raw]  # fast path: no marker can start here and nothing is held
+        out = self._read_block(raw)
+        # State changes only here: whether the next events may take the fast path.
+        self._quiet = not self.stats.calls and self._all_idle() and not (self._context.parse_error_chunk and self.stats.problems)
+        return out
+
+    def _read_block(self, raw: bytes) -> list[bytes]:
         event = parse_block(raw)
         if event.data is None or event.malformed:
             return [raw]

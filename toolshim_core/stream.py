@@ -26,6 +26,8 @@ class SseRewriter:
         return self._echo.changed
 
     def feed(self, data: bytes) -> list[bytes]:
+        if self._echo.idle and not self._framer.pending and data.endswith(b"\n\n") and self._passes_untouched(data):
+            return [data]  # whole events, nothing held, nothing to read in them
         out: list[bytes] = []
         for raw in self._framer.feed(data):
             self._echo.took(raw)
@@ -66,6 +68,10 @@ class SseRewriter:
             return [raw]
         return out
 
+    def _passes_untouched(self, data: bytes) -> bool:
+        """May this read of whole events (nothing held before it) go out as it came, unframed?"""
+        return False
+
     def _on_block(self, raw: bytes) -> list[bytes]:
         raise NotImplementedError
 
@@ -94,6 +100,11 @@ class EchoCheck:
                 del self._unsent[: len(piece)]
             else:
                 self._differs()
+
+    @property
+    def idle(self) -> bool:
+        """Everything received was sent as it came (or a difference is known already)."""
+        return not self._unsent
 
     def end(self) -> None:
         if self._unsent:  # held and never sent: dropped

@@ -1,0 +1,193 @@
+"""Core throughput and scaling of the sans-IO rewrite (no mitmproxy, no network).
+
+Throughput: a stream's events are fed one event per `feed()` call, as mitmproxy hands the
+stream callable one network read and a streaming server writes one event per read. Events per
+second of the rewrite, beside the floor: `orjson.loads` + `orjson.dumps` of the same events'
+data, the least any rewriter that reads each event must do. Best of several rounds (the figure
+least disturbed by the machine).
+
+Scaling: time per byte of one tool call whose arguments grow from 1 KB to 1 MB, 1-4 characters
+per event (Kimi, which streams arguments live, and Hermes, which holds the block until it
+closes), and of a text stream with a `<` every few characters (each may start a marker, the worst
+case for hold-back). Linear means the time per byte at 1 MB is at most 1.3x that at 1 KB.
+"""
+
+from __future__ import annotations
+
+import random
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import orjson
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from streams import (  # noqa: E402
+    KIMI_MODEL,
+    PLAIN_MODEL,
+    QWEN_MODEL,
+    chat_events,
+    kimi_pieces,
+    plain_pieces,
+    request_body,
+    responses_events,
+    sentinel_pieces,
+    tokens,
+)
+from table import Row  # noqa: E402
+
+from toolshim_core.chat import ChatStreamRewriter  # noqa: E402
+from toolshim_core.responses import ResponsesStreamRewriter  # noqa: E402
+from toolshim_core.tools import RequestContext  # noqa: E402
+
+
+def best_time(run: Callable[[], object], rounds: int) -> float:
+    best = float("inf")
+    for _ in range(rounds):
+        start = time.perf_counter()
+        run()
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def floor_seconds(events: list[bytes], rounds: int) -> float:
+    datas = [line[5:] for event in events for line in event.split(b"\n") if line.startswith(b"data:") and b"[DONE]" not in line]
+
+    def run() -> None:
+        for data in datas:
+            orjson.dumps(orjson.loads(data))
+
+    return best_time(run, rounds)
+
+
+def rewrite_seconds(make: Callable[[], object], events: list[bytes], rounds: int, check: Callable[[object, bytes], None]) -> float:
+    def run() -> None:
+        rewriter = make()
+        out = []
+        for event in events:
+            out += rewriter.feed(event)
+        out += rewriter.close()
+        check(rewriter, b"".join(out))
+
+    return best_time(run, rounds)
+
+
+def chat_rewriter(model: str) -> Callable[[], ChatStreamRewriter]:
+    body = request_body(model)
+    return lambda: ChatStreamRewriter(RequestContext.from_body(body))
+
+
+def responses_rewriter(model: str) -> Callable[[], ResponsesStreamRewriter]:
+    body = request_body(model)
+    return lambda: ResponsesStreamRewriter(RequestContext.from_body(body))
+
+
+def expect_calls(count: int) -> Callable[[object, bytes], None]:
+    def check(rewriter, out: bytes) -> None:
+        assert rewriter.failure is None, rewriter.failure
+        assert rewriter.stats.calls == count, (rewriter.stats.calls, count)
+
+    return check
+
+
+def expect_unchanged(events: list[bytes]) -> Callable[[object, bytes], None]:
+    body = b"".join(events)
+
+    def check(rewriter, out: bytes) -> None:
+        assert rewriter.failure is None and out == body, "a stream without markup must pass byte for byte"
+
+    return check
+
+
+def throughput(quick: bool) -> list[Row]:
+    count = 5_000 if quick else 20_000
+    rounds = 3 if quick else 5
+    kimi = kimi_pieces(count)
+    sentinel = sentinel_pieces(count)
+    plain = plain_pieces(count)
+    cases = [
+        ("fast path: plain text, unknown model", chat_events(PLAIN_MODEL, plain), chat_rewriter(PLAIN_MODEL), None, 3.0),
+        ("Kimi tool calls, 1-4 char deltas", chat_events(KIMI_MODEL, kimi), chat_rewriter(KIMI_MODEL),
+         2 * kimi.count("<|tool_calls_section_begin|>"), 0.5),
+        ("Hermes <tool_call>, 1-4 char deltas", chat_events(QWEN_MODEL, sentinel), chat_rewriter(QWEN_MODEL),
+         "".join(sentinel).count("<tool_call>"), 0.5),
+        ("Responses API, plain text", responses_events(plain), responses_rewriter(QWEN_MODEL), None, 3.0),
+        ("Responses API, <tool_call> blocks", responses_events(sentinel), responses_rewriter(QWEN_MODEL),
+         "".join(sentinel).count("<tool_call>"), 0.5),
+    ]  # fmt: skip
+    rows = []
+    for name, events, make, calls, target in cases:
+        check = expect_unchanged(events) if calls is None else expect_calls(calls)
+        seconds = rewrite_seconds(make, events, rounds, check)
+        floor = floor_seconds(events, rounds)
+        ratio = floor / seconds
+        rows.append(Row(
+            "core", f"{name}: events/s (floor: orjson loads+dumps)",
+            f"{len(events) / seconds:,.0f} (floor {len(events) / floor:,.0f}) = {ratio:.2f}x floor",
+            f">= {target:g}x floor", ratio >= target,
+        ))  # fmt: skip
+    return rows
+
+
+def scaling(quick: bool) -> list[Row]:
+    small, large = 1_000, (200_000 if quick else 1_000_000)
+    rows = []
+    for name, make_events, make in (
+        ("Kimi call arguments", _kimi_call, chat_rewriter(KIMI_MODEL)),
+        ("Hermes <tool_call> arguments", _sentinel_call, chat_rewriter(QWEN_MODEL)),
+        ("text with a '<' every few characters", _angle_text, chat_rewriter(QWEN_MODEL)),
+    ):
+        per_byte = {}
+        for size in (small, large):
+            events = make_events(size)
+            rounds = 5 if size == small else (1 if quick else 2)
+            repeat = max(1, large // size // 20)  # small sizes: time several streams
+            seconds = best_time(lambda: [rewrite_seconds(make, events, 1, _no_failure) for _ in range(repeat)], rounds) / repeat
+            per_byte[size] = seconds / size
+        ratio = per_byte[large] / per_byte[small]
+        rows.append(Row(
+            "scaling", f"{name}: time per byte, {large // 1000} KB vs 1 KB",
+            f"{per_byte[small] * 1e9:.0f} ns vs {per_byte[large] * 1e9:.0f} ns = {ratio:.2f}x",
+            "<= 1.3x", ratio <= 1.3,
+        ))  # fmt: skip
+    return rows
+
+
+def _no_failure(rewriter, out: bytes) -> None:
+    assert rewriter.failure is None, rewriter.failure
+
+
+def _arguments(size: int) -> str:
+    rng = random.Random(size)
+    return orjson.dumps({"command": "".join(rng.choice("abcdefgh ij/._-") for _ in range(size - 16))}).decode()
+
+
+def _kimi_call(size: int) -> list[bytes]:
+    rng = random.Random(4)
+    pieces = ["<|tool_calls_section_begin|>", "<|tool_call_begin|>", "functions.bash:0", "<|tool_call_argument_begin|>"]
+    pieces += tokens(_arguments(size), rng)
+    pieces += ["<|tool_call_end|>", "<|tool_calls_section_end|>"]
+    return chat_events(KIMI_MODEL, pieces)
+
+
+def _sentinel_call(size: int) -> list[bytes]:
+    rng = random.Random(5)
+    return chat_events(QWEN_MODEL, tokens('<tool_call>{"name": "bash", "arguments": ' + _arguments(size) + "}</tool_call>", rng))
+
+
+def _angle_text(size: int) -> list[bytes]:
+    rng = random.Random(6)
+    text = "".join(rng.choice(("a < b ", "x<y ", "if i <n ", "<3 ", "<< ")) for _ in range(size // 5))[:size]
+    return chat_events(QWEN_MODEL, tokens(text, rng))
+
+
+def run(quick: bool = False) -> list[Row]:
+    return throughput(quick) + scaling(quick)
+
+
+if __name__ == "__main__":
+    from table import markdown
+
+    print(markdown(run(quick="--quick" in sys.argv)))
