@@ -308,18 +308,29 @@ def test_a_long_event_text_is_cut_on_its_line_but_whole_in_the_result() -> None:
     assert "content: '" + "x" * 1500 + "'" in text
 
 
-def test_a_large_body_renders_in_linear_time() -> None:
-    import time
+def test_a_large_body_renders_with_work_linear_in_its_size(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Counted, not timed: the characters searched for markup and the bytes parsed as JSON."""
+    work = {"searched": 0, "parsed": 0}
+    spans, loads = llm_view._markup_spans, llm_view.orjson.loads
 
-    small, large = content_body(*(["tok "] * 2_000)), content_body(*(["tok "] * 40_000))
-    started = time.perf_counter()
-    render(small, CHAT)
-    small_time = time.perf_counter() - started
-    started = time.perf_counter()
-    lines = render(large, CHAT)
-    large_time = time.perf_counter() - started
-    assert len(lines) < 2_020
-    assert large_time < max(small_time * 60, 0.5)  # 20 times the events; quadratic would be 400
+    def counting_spans(text: str):
+        work["searched"] += len(text)
+        return spans(text)
+
+    def counting_loads(data):
+        work["parsed"] += len(data)
+        return loads(data)
+
+    monkeypatch.setattr(llm_view, "_markup_spans", counting_spans)
+    monkeypatch.setattr(llm_view.orjson, "loads", counting_loads)
+    per_byte = []
+    for tokens in (2_000, 40_000):
+        body = content_body(*(["tok <"] * tokens))  # a `<` in every event: markup may begin anywhere
+        work.update(searched=0, parsed=0)
+        lines = render(body, CHAT)
+        assert len(lines) < 2_020  # the event lines are capped
+        per_byte.append((work["searched"] + work["parsed"]) / len(body))
+    assert per_byte[1] <= 1.3 * per_byte[0] and per_byte[1] < 3, per_byte
 
 
 def test_the_comment_comes_first_and_the_original_after_the_rewritten_body() -> None:

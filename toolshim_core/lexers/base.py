@@ -70,9 +70,10 @@ class Lexer(Protocol):
         """True when nothing is held and text without markers would pass unchanged."""
 
 
-@dataclass(slots=True, frozen=True)
+@dataclass(slots=True, frozen=True, eq=False)
 class Marker:
-    """A literal marker and the role it plays in its dialect."""
+    """A literal marker and the role it plays in its dialect. Compared and hashed by identity:
+    markers are module constants, and `find_marker` looks their tuples up on every piece."""
 
     text: str
     kind: str
