@@ -1,0 +1,135 @@
+"""Guards against quadratic regressions, counted rather than timed (bench/ times them).
+
+The scaling cases of the benchmark, at small sizes: one tool call whose arguments grow,
+delivered 1-4 characters per event (Kimi streams them live; Hermes holds the block), and text
+with a `<` every few characters. The work counted: characters the marker search looks at
+(`find_marker` from where it starts to the end of its buffer), characters the `<tool_call>`
+block scanner examines, bytes the SSE framer scans, and events serialised again. Linear work per character stays the same when the input grows 16-fold.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections import Counter
+
+import orjson
+import pytest
+
+from harness import sse_body
+from toolshim_core import chat, sse
+from toolshim_core.chat import ChatStreamRewriter
+from toolshim_core.lexers import base, deepseek, harmony, kimi, llama, mistral, sentinel, think, units, xml_calls
+from toolshim_core.tools import RequestContext
+
+KINDS = ("marker search", "block scan", "framing")
+LEXER_MODULES = (base, deepseek, harmony, kimi, llama, mistral, sentinel, think, units, xml_calls)
+BASH = {"type": "function", "function": {"name": "bash", "parameters": {"type": "object", "properties": {"command": {"type": "string"}}}}}
+
+
+class Work(Counter):
+    """Work counted by kind; `sentinels` are the `<tool_call>` lexers made meanwhile."""
+
+    sentinels: list[sentinel.SentinelLexer]
+
+
+@pytest.fixture
+def work(monkeypatch: pytest.MonkeyPatch) -> Work:
+    counted = Work()
+    find_marker, cut, dumps = base.find_marker, sse.SseFramer._cut, orjson.dumps
+    sentinel_init = sentinel.SentinelLexer.__init__
+    sentinels: list[sentinel.SentinelLexer] = []
+
+    def registering_init(lexer, *args, **kwargs):
+        sentinel_init(lexer, *args, **kwargs)
+        sentinels.append(lexer)
+
+    def counting_find_marker(buf, start, markers, final):
+        counted["marker search"] += len(buf) - start
+        return find_marker(buf, start, markers, final)
+
+    def counting_cut(framer, final):
+        counted["framing"] += len(framer._buf) - framer._scan
+        return cut(framer, final)
+
+    def counting_dumps(value, *args, **kwargs):
+        counted["serialised"] += 1
+        return dumps(value, *args, **kwargs)
+
+    for module in LEXER_MODULES:
+        if hasattr(module, "find_marker"):
+            monkeypatch.setattr(module, "find_marker", counting_find_marker)
+    monkeypatch.setattr(sse.SseFramer, "_cut", counting_cut)
+    monkeypatch.setattr(chat.orjson, "dumps", counting_dumps)
+    monkeypatch.setattr(sentinel.SentinelLexer, "__init__", registering_init)
+    counted.sentinels = sentinels  # their block scanner counts its own work
+    return counted
+
+
+def tokens(text: str, seed: int) -> list[str]:
+    rng, out, at = random.Random(seed), [], 0
+    while at < len(text):
+        size = rng.randint(1, 4)
+        out.append(text[at : at + size])
+        at += size
+    return out
+
+
+def arguments(size: int) -> str:
+    rng = random.Random(size)
+    return orjson.dumps({"command": "".join(rng.choice("abcdefgh ij/._-") for _ in range(size - 16))}).decode()
+
+
+def kimi_call(size: int) -> list[str]:
+    return ["<|tool_calls_section_begin|>", "<|tool_call_begin|>", "functions.bash:0", "<|tool_call_argument_begin|>",
+            *tokens(arguments(size), 1), "<|tool_call_end|>", "<|tool_calls_section_end|>"]  # fmt: skip
+
+
+def hermes_call(size: int) -> list[str]:
+    return tokens('<tool_call>{"name": "bash", "arguments": ' + arguments(size) + "}</tool_call>", 2)
+
+
+def angle_text(size: int) -> list[str]:
+    rng = random.Random(3)
+    return tokens("".join(rng.choice(("a < b ", "x<y ", "if i <n ", "<3 ", "<< ")) for _ in range(size // 5))[:size], 4)
+
+
+def rewrite(model: str, pieces: list[str]) -> tuple[ChatStreamRewriter, bytes, bytes, int]:
+    """The rewriter, its input and output bodies, and the number of events. (The test's own
+    JSON is written with `json`: `orjson.dumps` is being counted.)"""
+    chunks = [{"choices": [{"index": 0, "delta": {"content": piece}, "finish_reason": None}]} for piece in pieces]
+    chunks.append({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
+    body = sse_body(chunks)
+    rewriter = ChatStreamRewriter(RequestContext.from_body(json.dumps({"model": model, "tools": [BASH]}).encode()))
+    out = b"".join([piece for event in body.split(b"\n\n")[:-1] for piece in rewriter.feed(event + b"\n\n")] + rewriter.close())
+    assert rewriter.failure is None
+    return rewriter, body, out, len(chunks) + 1
+
+
+@pytest.mark.parametrize(
+    ("model", "make", "calls"),
+    [("Kimi-K2.5", kimi_call, 1), ("Qwen2.5-72B", hermes_call, 1), ("Qwen2.5-72B", angle_text, 0), ("unknown-model", angle_text, 0)],
+    ids=["kimi arguments", "hermes arguments", "text with '<' (qwen)", "text with '<' (all dialects)"],
+)
+def test_work_per_character_does_not_grow_with_the_input(work: Work, model, make, calls) -> None:
+    per_char = {}
+    for size in (2_000, 32_000):
+        pieces = make(size)
+        work.clear()
+        work.sentinels.clear()
+        rewriter, _, _, events = rewrite(model, pieces)
+        assert rewriter.stats.calls == calls
+        work["block scan"] = sum(lexer.examined for lexer in work.sentinels)
+        chars = sum(map(len, pieces))
+        per_char[size] = {kind: work[kind] / chars for kind in KINDS}
+        assert work["serialised"] <= 2 * events, "an event may be serialised again once, plus its split-off finish"
+    assert per_char[2_000]["framing"] > 0 and per_char[2_000]["marker search"] + per_char[2_000]["block scan"] > 0
+    for kind in KINDS:
+        assert per_char[32_000][kind] <= 1.3 * per_char[2_000][kind] + 0.05, (kind, per_char)
+
+
+def test_a_stream_without_markup_is_never_serialised_again(work: Work) -> None:
+    pieces = [f" word{n} and a [bracket] or {{brace}}" for n in range(500)]
+    rewriter, body, out, _ = rewrite("unknown-model", pieces)
+    assert work["serialised"] == 0 and not rewriter.changed
+    assert out == body
