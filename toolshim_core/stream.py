@@ -19,6 +19,8 @@ class SseRewriter:
         self.stats = RewriteStats()
         self.failure: Exception | None = None
         self._echo = EchoCheck()
+        # Set by a subclass while its state lets whole reads pass when `_nothing_to_read`.
+        self._passes_whole_reads = False
 
     @property
     def changed(self) -> bool:
@@ -26,8 +28,17 @@ class SseRewriter:
         return self._echo.changed
 
     def feed(self, data: bytes) -> list[bytes]:
-        if self._echo.idle and not self._framer.pending and data.endswith(b"\n\n") and self._passes_untouched(data):
-            return [data]  # whole events, nothing held, nothing to read in them
+        if self._passes_whole_reads and self._echo.idle:
+            # The fast path: the whole events of this read pass unframed when nothing in them
+            # needs a look; an unfinished last event waits in the framer, as ever.
+            if self._framer.pending:
+                data = self._framer.take_pending() + data
+            end = data.rfind(b"\n\n") + 2  # a blank line ends an event (a CRLF stream has none)
+            if end >= 2 and self._nothing_to_read(data if end == len(data) else data[:end]):
+                if end == len(data):
+                    return [data]
+                self._framer.feed(data[end:])  # no event is complete in it
+                return [data[:end]]
         out: list[bytes] = []
         for raw in self._framer.feed(data):
             self._echo.took(raw)
@@ -68,8 +79,8 @@ class SseRewriter:
             return [raw]
         return out
 
-    def _passes_untouched(self, data: bytes) -> bool:
-        """May this read of whole events (nothing held before it) go out as it came, unframed?"""
+    def _nothing_to_read(self, data: bytes) -> bool:
+        """With `_passes_whole_reads` set: may these whole events go out as they came?"""
         return False
 
     def _on_block(self, raw: bytes) -> list[bytes]:
