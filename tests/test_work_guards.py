@@ -133,3 +133,30 @@ def test_a_stream_without_markup_is_never_serialised_again(work: Work) -> None:
     rewriter, body, out, _ = rewrite("unknown-model", pieces)
     assert work["serialised"] == 0 and not rewriter.changed
     assert out == body
+
+
+def test_whole_reads_on_the_fast_path_give_what_event_by_event_reading_gives() -> None:
+    """Reads that pass unframed (and the unfinished events they leave in the framer) change
+    nothing: prose, a call, more prose, cut at random bytes, read like one event at a time."""
+    from wire import check_chat_stream
+
+    pieces = [f" word{n} [x] {{y}}" for n in range(60)] + tokens('<tool_call>{"name": "bash", "arguments": {"command": "ls"}}</tool_call>', 5)
+    pieces += [f" after{n}" for n in range(60)]
+    chunks = [{"choices": [{"index": 0, "delta": {"content": piece}, "finish_reason": None}]} for piece in pieces]
+    chunks.append({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
+    body = sse_body(chunks)
+    context = json.dumps({"model": "Qwen2.5-72B", "tools": [BASH]}).encode()
+
+    def result(reads: list[bytes]) -> dict:
+        rewriter = ChatStreamRewriter(RequestContext.from_body(context))
+        out = b"".join([piece for read in reads for piece in rewriter.feed(read)] + rewriter.close())
+        assert rewriter.failure is None
+        return check_chat_stream(out)
+
+    by_event = result([event + b"\n\n" for event in body.split(b"\n\n")[:-1]])
+    assert [call["name"] for call in by_event["tool_calls"]] == ["bash"]
+    rng = random.Random(7)
+    for _ in range(40):
+        cuts = sorted(rng.sample(range(1, len(body)), rng.randint(1, 40)))
+        reads = [body[a:b] for a, b in zip([0, *cuts], [*cuts, len(body)])]
+        assert result(reads) == by_event
