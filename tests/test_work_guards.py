@@ -138,12 +138,13 @@ def test_a_stream_without_markup_is_never_serialised_again(work: Work) -> None:
 def test_whole_reads_on_the_fast_path_give_what_event_by_event_reading_gives() -> None:
     """Reads that pass unframed (and the unfinished events they leave in the framer) change
     nothing: prose, a call, more prose, cut at random bytes, read like one event at a time."""
+    from kimi import chunk
     from wire import check_chat_stream
 
     pieces = [f" word{n} [x] {{y}}" for n in range(60)] + tokens('<tool_call>{"name": "bash", "arguments": {"command": "ls"}}</tool_call>', 5)
     pieces += [f" after{n}" for n in range(60)]
-    chunks = [{"choices": [{"index": 0, "delta": {"content": piece}, "finish_reason": None}]} for piece in pieces]
-    chunks.append({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
+    chunks = [chunk("Qwen2.5-72B", {"content": piece}) for piece in pieces]
+    chunks.append(chunk("Qwen2.5-72B", {}, "stop"))
     body = sse_body(chunks)
     context = json.dumps({"model": "Qwen2.5-72B", "tools": [BASH]}).encode()
 
