@@ -19,7 +19,7 @@ from .lexers import ScopeLexers, reads_the_start
 from .lexers.base import CallArgs, CallBegin, CallEnd, Lexer, ReasoningEnd, ReasoningText, Segment, Text
 from .native import NativeCalls
 from .sse import encode_event, parse_block
-from .stream import SseRewriter
+from .stream import SseRewriter, markup_may_start
 from .tools import RequestContext
 
 CONTENT = "content"
@@ -28,10 +28,7 @@ TEXT_KEYS = (*REASONING_KEYS, CONTENT)
 PARSE_FAILURES = (INVALID_JSON, STRICT_FAILURE)
 # Upstream's own tool calls in a chunk: they take call indices, so the chunk must be read.
 _UPSTREAM_CALLS = re.compile(rb'"tool_calls"\s*:\s*\[\s*\{')
-# Mistral's bracket markers, or a text that ends in what may begin one (`… [TOO"`). The JSON's
-# own brackets (`"choices":[{`) never match.
 _CONTENT_TEXT = re.compile(rb'"content"\s*:\s*"(?!")')
-_BRACKET_MARKUP = re.compile(rb'\[(?:TOOL_CALLS\]|/?THINK\]|ARGS\]|CALL_ID\]|/?[A-Z_]*")')
 
 
 # A part of a choice's output, in order: ("text", keys, text) | ("call", index, id, name)
@@ -196,21 +193,13 @@ class ChatStreamRewriter(SseRewriter):
         return all(choice.idle for choice in self._choices.values())
 
     def _nothing_to_read(self, raw: bytes) -> bool:
-        """No marker can start in these bytes and no upstream call is in them. `find` on
-        bytes is a C substring search (and faster than `in`); the regular expressions run only
-        when a cheap test is inconclusive."""
-        if raw.find(b"<") >= 0 or raw.find(b"\\u003") >= 0:
+        """No marker can start in these bytes, and neither an upstream call nor a first
+        reasoning field is in them."""
+        if markup_may_start(raw):
             return False
         if raw.find(b'"tool_calls"') >= 0 and _UPSTREAM_CALLS.search(raw):
             return False
-        if not self._reasoning_field_known and raw.find(b'"reasoning') >= 0:
-            return False
-        # A chunk's own JSON opens arrays of objects (`"choices":[{`) or empty ones; any other
-        # `[` might begin a bracket marker.
-        brackets = raw.count(b"[")
-        if brackets and brackets != raw.count(b"[{") + raw.count(b"[]"):
-            return not _BRACKET_MARKUP.search(raw)
-        return True
+        return self._reasoning_field_known or raw.find(b'"reasoning') < 0
 
     def _on_block(self, raw: bytes) -> list[bytes]:
         if self._quiet and self._nothing_to_read(raw):

@@ -35,7 +35,7 @@ from .calls import CallScope, RewriteStats, random_id
 from .lexers import ScopeLexers
 from .lexers.base import CallArgs, CallBegin, CallEnd, Lexer, ReasoningEnd, ReasoningText, Segment, Text
 from .sse import encode_event, parse_block
-from .stream import SseRewriter
+from .stream import SseRewriter, markup_may_start
 from .tools import RequestContext
 
 MESSAGE, REASONING, FUNCTION_CALL = "message", "reasoning", "function_call"
@@ -176,6 +176,33 @@ class ResponsesRewriter:
         else:
             out.append(self._retarget(incoming))  # summaries, refusals, annotations
         return [self._numbered(o) for o in out]
+
+    def passes_plain_delta(self, event: dict[str, Any]) -> bool:
+        """The common case, cheaply: a text delta without markup into an open part whose lexer
+        holds nothing, where our numbering and item ids are still upstream's. Its text is
+        recorded (for the `.done` payloads) and True returned: the event goes out as it came.
+        False: `on_event` must read it. The caller has checked that no marker can start in it."""
+        source = self._sources.get(event.get("output_index"))
+        if source is None or event.get("type") != TEXT_DELTA[source.kind]:
+            return False
+        content_index, delta, piece = event.get("content_index"), event.get("delta"), source.piece
+        if (
+            piece is None
+            or not isinstance(delta, str)
+            or content_index not in piece.text_open
+            or content_index in source.reasoning_over
+            or event.get("sequence_number") != self._seq
+            or piece.index != event["output_index"]
+            or piece.id != event.get("item_id")
+            or piece.content_index(content_index) != content_index
+        ):
+            return False
+        lexer = source.lexers.get(content_index)
+        if lexer is None or not lexer.idle:
+            return False
+        piece.parts[content_index]["text"] += delta
+        self._seq += 1
+        return True
 
     def finish(self) -> list[Outgoing]:
         """The body ended without a terminal event: release what the lexers hold."""
@@ -708,6 +735,8 @@ class ResponsesStreamRewriter(SseRewriter):
             return [raw]
         if self._named is None:
             self._named = block.event is not None
+        if not markup_may_start(raw) and self._core.passes_plain_delta(event):
+            return [raw]  # fast path: plain text, sent as it came
         return [self._encode(o) for o in self._core.on_event(event, raw, block.event)]
 
     def _at_end(self) -> list[bytes]:

@@ -7,8 +7,27 @@ release what the lexers still hold).
 
 from __future__ import annotations
 
+import re
+
 from .calls import RewriteStats
 from .sse import SseFramer
+
+# Mistral's bracket markers, or a text that ends in what may begin one (`… [TOO"`). The JSON's
+# own brackets (`"choices":[{`, `"logprobs":[]`) never match.
+_BRACKET_MARKUP = re.compile(rb'\[(?:TOOL_CALLS\]|/?THINK\]|ARGS\]|CALL_ID\]|/?[A-Z_]*")')
+
+
+def markup_may_start(raw: bytes) -> bool:
+    """Might a marker of some dialect begin in the text of this raw event (JSON bytes)? Every
+    marker begins with `<` (`\\u003c` escaped) or a bracket marker. `find` on bytes is a C
+    substring search (faster than `in`); the regular expression runs only when the cheap test
+    is inconclusive."""
+    if raw.find(b"<") >= 0 or raw.find(b"\\u003") >= 0:
+        return True
+    # The event's own JSON opens arrays of objects or empty ones; any other `[` might begin a
+    # bracket marker.
+    brackets = raw.count(b"[")
+    return bool(brackets) and brackets != raw.count(b"[{") + raw.count(b"[]") and bool(_BRACKET_MARKUP.search(raw))
 
 
 class SseRewriter:
