@@ -166,6 +166,10 @@ class Script:
     framing: Framing = "chunked"
     delay: float = 0.0
     gzip: bool = False
+    # The chunks are the whole response as it goes on the wire, status line and headers
+    # included, for what no framing describes (a chunked body cut inside a chunk, a
+    # content-length that lies); the connection closes after the last write.
+    raw: bool = False
 
     @property
     def body(self) -> bytes:
@@ -197,6 +201,9 @@ class _Server(socketserver.ThreadingTCPServer):
     # Keep-alive handler threads may be parked in recv(); stop() closes their
     # sockets instead of joining them.
     block_on_close = False
+    # socketserver's default backlog of 5 drops connections when many streams start at once
+    # (mitmdump then answers 502 "server closed connection").
+    request_queue_size = 1024
 
     def __init__(self, owner: ScriptedUpstream) -> None:
         self.owner = owner
@@ -304,6 +311,7 @@ class ScriptedUpstream:
         framing: Framing = "chunked",
         delay: float = 0.0,
         gzip: bool = False,
+        raw: bool = False,
     ) -> Script:
         """Register (or replace) the reply for a model name or path.
 
@@ -320,6 +328,7 @@ class ScriptedUpstream:
             framing=framing,
             delay=delay,
             gzip=gzip,
+            raw=raw,
         )
         with self._lock:
             self._scripts[key] = script
@@ -480,6 +489,16 @@ class ScriptedUpstream:
 
     @staticmethod
     def _send(sock: socket.socket, script: Script, keep_alive: bool) -> bool:
+        if script.raw:
+            for data in script.chunks:
+                if script.delay > 0:
+                    time.sleep(script.delay)
+                sock.sendall(data)
+            try:
+                sock.shutdown(socket.SHUT_WR)
+            except OSError:
+                pass
+            return False
         pieces: list[bytes] = [c for c in script.chunks if c]
         if script.gzip:
             compressed = gzip_module.compress(script.body, mtime=0)
@@ -586,6 +605,10 @@ class Mitmdump:
     @property
     def returncode(self) -> int | None:
         return None if self._proc is None else self._proc.poll()
+
+    @property
+    def pid(self) -> int | None:
+        return None if self._proc is None else self._proc.pid
 
     def command(self) -> list[str]:
         cmd = [
