@@ -28,6 +28,9 @@ from hypothesis import settings  # noqa: E402
 # draws fresh examples each run (what to use while developing, to find new cases).
 settings.register_profile("repeatable", derandomize=True)
 settings.register_profile("explore", derandomize=False)
+# HYPOTHESIS_PROFILE=fuzz: the long fuzzing run (tests/test_fuzz.py scales each of its targets'
+# budgets by max_examples / 100, so 30x here; the README has the figures of a run).
+settings.register_profile("fuzz", derandomize=False, max_examples=3000)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "repeatable"))
 
 

@@ -28,7 +28,9 @@ TEXT_KEYS = (*REASONING_KEYS, CONTENT)
 PARSE_FAILURES = (INVALID_JSON, STRICT_FAILURE)
 # Upstream's own tool calls in a chunk: they take call indices, so the chunk must be read.
 _UPSTREAM_CALLS = re.compile(rb'"tool_calls"\s*:\s*\[\s*\{')
-_CONTENT_TEXT = re.compile(rb'"content"\s*:\s*"(?!")')
+# Content that starts the answer: whitespace alone does not (a `<think>` may still open after it,
+# as the lexers and the buffered rewrite have it; fuzzing found " " then "<think>…" read apart).
+_CONTENT_TEXT = re.compile(rb'"content"\s*:\s*"(?:[ \t\r\n]|\\[nrt])*(?:[^"\\ \t\r\n]|\\[^nrt])')
 
 
 # A part of a choice's output, in order: ("text", keys, text) | ("call", index, id, name)
@@ -61,6 +63,8 @@ class ChoiceRewriter:
             return False  # the start of the content must be read (pre-opened reasoning, bare JSON)
         if self.native.emitted:
             return False  # upstream made calls: its finish_reason must be read ("stop" is wrong)
+        if self._reasoning_over:
+            return False  # a reasoning channel's text now goes to content: none passes as it came (fuzzing)
         return self.native.idle and all(lexer.idle for lexer in self._lexers.values())
 
     def feed(self, channel: tuple[str, ...], text: str, parts: list[Part]) -> None:
@@ -369,6 +373,11 @@ def rewrite_chat_completion(
             continue
         message = choice["message"]
         state = ChoiceRewriter(context, stats, max_held=max_held)
+        if isinstance(message.get("tool_calls"), list):
+            # Upstream's own calls are listed first; with parallel_tool_calls false none of ours
+            # may follow, as when streamed (fuzzing found a second call made here).
+            for _ in message["tool_calls"]:
+                state._scope.note_upstream_call()
         parts: list[Part] = []
         channels = text_channels(message)
         for channel, text in channels:

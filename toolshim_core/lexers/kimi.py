@@ -204,9 +204,12 @@ class KimiLexer:
             match = find_marker(buf, pos, self._markers(), final)
             complete = match is not None and match.marker is not None
             end = len(buf) if match is None else match.pos
-            if not complete and not final and (self._state == ARGS or self._leading_ws == HOLD):
+            maybe_marker = match is not None and self._state == TEXT  # a marker may begin at `end`
+            if not complete and not final and (self._state == ARGS or self._leading_ws == HOLD or maybe_marker):
                 # Whitespace at the end may be padding before the next marker: leave it unread
                 # until something else arrives (bounded, so a flood of spaces still flows).
+                # Also in front of a possible marker's beginning, as the other dialects do: sent
+                # early, it would stay where one piece holding it and the marker drops it (fuzzing).
                 kept = end - pos - len(buf[pos:end].rstrip())
                 if kept < self._max_held:
                     end -= kept
@@ -230,7 +233,10 @@ class KimiLexer:
             if not text:
                 return
         if state in (TEXT, SECTION):
-            if state == SECTION or self._leading_ws == DROP:
+            # Inside a section only the whitespace right after a marker is padding (DROP is set
+            # on entering it): lstripping every piece would lose the spaces between words that
+            # arrive as tokens of their own (" world"), and only when split (found by fuzzing).
+            if self._leading_ws == DROP:
                 text = text.lstrip()
             elif self._leading_ws == HOLD and text.isspace():
                 return  # whitespace-only between markup and markup or the end: padding
@@ -287,6 +293,7 @@ class KimiLexer:
         elif kind == SECTION_BEGIN:
             self._seen_section = True
             self._state = SECTION
+            self._leading_ws = DROP
             return
 
         if kind == CALL_BEGIN:
@@ -299,6 +306,7 @@ class KimiLexer:
             self._leading_ws = HOLD
         elif kind == CALL_END and state not in (TEXT, SECTION):
             self._state = SECTION
+            self._leading_ws = DROP
         elif state == TEXT:
             self._leading_ws = HOLD  # a stray marker: dropped with its padding
 
@@ -338,6 +346,7 @@ class KimiLexer:
         elif self._state == VISIBLE and closing_marker:
             out.append(Text(closing_marker))
         self._state = SECTION
+        self._leading_ws = DROP
         self._header = ""
         self._raw_call = []
         self._held_args = []

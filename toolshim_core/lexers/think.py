@@ -112,6 +112,11 @@ class ThinkLexer:
                     continue
             match = find_marker(buf, pos, self._think_markers, final)
             end = len(buf) if match is None else match.pos
+            if match is not None and match.marker is None:
+                # A possible tag is held: so is the whitespace in front of it, else the dialects
+                # behind would get it alone, and it would stay where in one piece with markup
+                # it is that markup's padding (found by fuzzing).
+                end = pos + len(buf[pos:end].rstrip())
             if end > pos:
                 self._emit(buf[pos:end], out)
             if match is None or match.marker is None:
