@@ -36,6 +36,12 @@ from .tools import RequestContext
 log = logging.getLogger(__name__)
 
 
+def log_url(flow: http.HTTPFlow) -> str:
+    """The flow's URL as the log names it: without the query, where clients may pass a key
+    (`?api-key=…`, `?key=…`), which must not reach the log (tests/test_security.py)."""
+    return flow.request.pretty_url.split("?", 1)[0]
+
+
 def is_event_stream(headers: http.Headers) -> bool:
     return headers.get("content-type", "").lower().startswith("text/event-stream")
 
@@ -281,18 +287,18 @@ class ToolShim:
         try:
             request = orjson.loads(flow.request.get_content(strict=False) or b"null")
         except Exception as exc:  # an unreadable request only means: no tools known
-            log.info("toolshim: could not read the request body of %s: %s", flow.request.pretty_url, exc)
+            log.info("toolshim: could not read the request body of %s: %s", log_url(flow), exc)
             return
         state.context = self._with_options(RequestContext.from_request(request))
         if self._emulates(flow, request):
             try:
                 state.emulated = emulate_request(request, state.api)
             except Exception as exc:  # fail open: the request goes as the client sent it
-                log.warning("toolshim: emulating tools for %s failed (%r); sent unchanged", flow.request.pretty_url, exc, exc_info=exc)
+                log.warning("toolshim: emulating tools for %s failed (%r); sent unchanged", log_url(flow), exc, exc_info=exc)
                 return
             flow.request.content = orjson.dumps(state.emulated.body)  # content-length follows
             state.context = self._with_options(state.emulated.context)
-            log.info("toolshim: emulating tools for %s: %s", flow.request.pretty_url, state.emulated.telemetry())
+            log.info("toolshim: emulating tools for %s: %s", log_url(flow), state.emulated.telemetry())
 
     def _with_options(self, context: RequestContext) -> RequestContext:
         context.dialects = self._dialects
@@ -329,7 +335,7 @@ class ToolShim:
         encoding = response.headers.get("content-encoding", "")
         decoder = incremental_decoder(encoding)
         if decoder is None:
-            log.warning("toolshim: %s is %s-encoded, which cannot be decoded in flight; passing it through", flow.request.pretty_url, encoding)
+            log.warning("toolshim: %s is %s-encoded, which cannot be decoded in flight; passing it through", log_url(flow), encoding)
             self._flows.pop(flow.id, None)
             response.stream = True
             return
@@ -338,7 +344,7 @@ class ToolShim:
         if flow.request.http_version == "HTTP/1.1":
             response.headers["transfer-encoding"] = "chunked"
         rewriter = self._stream_rewriter(state)
-        state.stream = StreamRewrite(rewriter, decoder, flow.request.pretty_url, ctx.options.toolshim_keep_upstream)
+        state.stream = StreamRewrite(rewriter, decoder, log_url(flow), ctx.options.toolshim_keep_upstream)
         response.stream = state.stream
 
     def response(self, flow: http.HTTPFlow) -> None:
@@ -351,7 +357,7 @@ class ToolShim:
             else:
                 self._rewrite_whole_body(flow, state)
         except Exception as exc:  # fail open: the flow stays as it was
-            log.warning("toolshim: rewriting %s failed (%s); left unchanged", flow.request.pretty_url, exc, exc_info=True)
+            log.warning("toolshim: rewriting %s failed (%s); left unchanged", log_url(flow), exc, exc_info=True)
 
     def error(self, flow: http.HTTPFlow) -> None:
         state = self._flows.pop(flow.id, None)
@@ -395,7 +401,7 @@ class ToolShim:
             try:
                 parsed = orjson.loads(body)
             except orjson.JSONDecodeError:
-                log.info("toolshim: %s answered with a JSON content type but no JSON; left unchanged", flow.request.pretty_url)
+                log.info("toolshim: %s answered with a JSON content type but no JSON; left unchanged", log_url(flow))
                 return
             if not isinstance(parsed, dict):
                 return
@@ -427,11 +433,11 @@ class ToolShim:
         )
         self.counters.add(outcome)
         for note in stats.notes:
-            log.info("toolshim: %s: %s", flow.request.pretty_url, note)
+            log.info("toolshim: %s: %s", log_url(flow), note)
         if emulated is not None:
-            log.info("toolshim: emulated tools for %s: %s; %s", flow.request.pretty_url, outcome.comment(), emulated.telemetry())
+            log.info("toolshim: emulated tools for %s: %s; %s", log_url(flow), outcome.comment(), emulated.telemetry())
         if outcome.required_call_missing:
-            log.warning("toolshim: %s: tool_choice demanded a call, the emulated backend answered without one", flow.request.pretty_url)
+            log.warning("toolshim: %s: tool_choice demanded a call, the emulated backend answered without one", log_url(flow))
         if not outcome.worth_noting:
             return
         info: dict = {"calls": stats.calls, "names": list(stats.names), "tally": tally(stats)}

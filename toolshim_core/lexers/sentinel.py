@@ -80,6 +80,9 @@ _LEADING_WS = re.compile(r"\s*")
 _STRING_STOP = re.compile(r'["\\]')  # inside a JSON string only these matter
 _VALUE_STOP = re.compile(r'[{}\[\]"<]')  # outside strings: nesting, strings, and tags
 _LONG_DIGITS = re.compile(r"\d{19}")  # a number orjson might read as a float (see _loads)
+# A block whose own quotes are escaped (`{\"name\": …`) was written inside a JSON string: the
+# model is quoting markup in prose, not calling. json_repair would unescape it into a call.
+_QUOTED_BLOCK = re.compile(r'\s*(?:\[\s*)?\{\s*\\"')
 
 
 # -- the verdict on a closed block ------------------------------------------------------------
@@ -160,6 +163,8 @@ class ToolCallJudge:
         value = _loads(block)
         repaired = value is _INVALID
         if repaired:
+            if _QUOTED_BLOCK.match(block):  # found by tests/test_security.py: a quoted example became a call
+                raise _Rejected(INVALID_JSON, f"markup quoted inside a JSON string {excerpt(block)}")
             value = _repair(block)
             if value is _INVALID:
                 raise _Rejected(INVALID_JSON, f"unreadable block {excerpt(block)}")
