@@ -93,6 +93,16 @@ class ProxyLog:
     def lines(self) -> list[str]:
         return self.proxy.log_lines()[self.start :]
 
+    def wait_for(self, text: str, count: int = 1, timeout: float = 10.0) -> list[str]:
+        """The lines holding `text`, once there are `count` (mitmdump's output reaches us from a
+        reader thread: a line the proxy wrote before answering may arrive after the answer)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            found = [line for line in self.lines() if text in line]
+            if len(found) >= count or time.monotonic() > deadline:
+                return found
+            time.sleep(0.02)
+
     def probes(self, model: str, count: int = 1, timeout: float = 10.0) -> list[tuple[str, int]]:
         """Wait for `count` flows of `model` to be done; (hook, flows toolshim still holds) each."""
         pattern = re.compile(rf"flow-probe: (\w+) {re.escape(model)} open=(\d+)$")
@@ -332,7 +342,7 @@ def test_an_encoding_that_cannot_be_decoded_passes_through_unchanged(upstream, s
     upstream.add(unique_model, headers={"content-type": "text/event-stream", "content-encoding": "x-opaque"}, chunks=[body])
     response = post(shim, unique_model)
     assert response.headers["content-encoding"] == "x-opaque" and response.content == body
-    assert len([line for line in log.lines() if "x-opaque-encoded" in line]) == 1
+    assert len(log.wait_for("x-opaque-encoded")) == 1
     log.assert_no_addon_errors()
 
 
