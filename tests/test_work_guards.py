@@ -164,3 +164,54 @@ def test_whole_reads_on_the_fast_path_give_what_event_by_event_reading_gives() -
         cuts = sorted(rng.sample(range(1, len(body)), rng.randint(1, 40)))
         reads = [body[a:b] for a, b in zip([0, *cuts], [*cuts, len(body)])]
         assert result(reads) == by_event
+
+
+# -- state held per open stream (bench/e2e.py measures its bytes; these count what it rests on) ---
+
+
+def test_held_text_pieces_are_kept_as_a_few_long_strings():
+    from toolshim_core.lexers.base import TextPieces
+
+    rng = random.Random(7)
+    pieces = ["".join(rng.choice("ab{}\"é ") for _ in range(rng.randint(1, 4))) for _ in range(10_000)]
+    held = TextPieces()
+    for count, piece in enumerate(pieces, 1):
+        held.append(piece)
+        stored = len(held._joined) + len(held._recent)
+        assert stored <= count // TextPieces.BATCH + TextPieces.BATCH  # not one string per piece
+        if count in (1, 300, 5_000):
+            assert held.text() == "".join(pieces[:count])  # and reading it keeps it whole
+    assert held.text() == "".join(pieces) and len(held._joined) + len(held._recent) == 1
+
+
+def chat_events(pieces: list[str], done: bool = False) -> bytes:
+    return sse_body([{"choices": [{"index": 0, "delta": {"content": piece}}]} for piece in pieces], done=done)
+
+
+def qwen_with_bash() -> ChatStreamRewriter:
+    return ChatStreamRewriter(RequestContext.from_request({"model": "qwen3", "tools": [BASH]}))
+
+
+def test_a_long_held_block_is_known_as_changed_without_keeping_its_events():
+    from toolshim_core.stream import EchoCheck
+
+    held_block = ["Hi ", "<tool_call>", "{"] + ["ab"] * 3_000
+    rewriter = qwen_with_bash()
+    body = chat_events(held_block)
+    sent = [piece for start in range(0, len(body), 200) for piece in rewriter.feed(body[start : start + 200])]
+    assert b"".join(sent).count(b"\n\n") == 1 and len(body) > 4 * EchoCheck.MAX_UNSENT  # "Hi " only: the block is held
+    assert rewriter.changed  # decided once the held events passed the cap, not kept to compare
+    assert len(rewriter._echo._unsent) == 0
+    rest = b"".join(rewriter.feed(chat_events([" and more"], done=True)) + rewriter.close())
+    assert "<tool_call>{" + "ab" * 3_000 + " and more" in "".join(
+        json.loads(line[6:])["choices"][0]["delta"]["content"] for line in rest.split(b"\n\n") if line.startswith(b"data: {")
+    )  # released as text, nothing lost
+
+
+def test_one_large_event_passing_as_it_came_is_not_changed():
+    from toolshim_core.stream import EchoCheck
+
+    body = chat_events(["x" * (4 * EchoCheck.MAX_UNSENT), " then <b>", " more"], done=True)
+    rewriter = qwen_with_bash()
+    out = [piece for start in range(0, len(body), 1000) for piece in rewriter.feed(body[start : start + 1000])]
+    assert b"".join(out + rewriter.close()) == body and not rewriter.changed

@@ -94,6 +94,11 @@ class ChoiceRewriter:
         self._scope.note_upstream_call()
         return index
 
+    def note_upstream_calls(self, count: int) -> None:
+        """A whole message's own calls, listed before any of ours: they count, as when streamed."""
+        for _ in range(count):
+            self._scope.note_upstream_call()
+
     @property
     def emitted_calls(self) -> bool:
         """True once this choice holds a call of ours (upstream's own ones do not count)."""
@@ -376,8 +381,7 @@ def rewrite_chat_completion(
         if isinstance(message.get("tool_calls"), list):
             # Upstream's own calls are listed first; with parallel_tool_calls false none of ours
             # may follow, as when streamed (fuzzing found a second call made here).
-            for _ in message["tool_calls"]:
-                state._scope.note_upstream_call()
+            state.note_upstream_calls(len(message["tool_calls"]))
         parts: list[Part] = []
         channels = text_channels(message)
         for channel, text in channels:

@@ -175,6 +175,34 @@ class ChainLexer:
         return out
 
 
+class TextPieces:
+    """Text that arrives in token-sized pieces and is held until a block closes. A list of 1-4
+    character strings costs about 60 bytes a character (an object and a pointer each); joining
+    every `BATCH` pieces keeps it near one byte a character, and copies each character at most
+    twice, so holding stays linear."""
+
+    BATCH = 256
+
+    __slots__ = ("_joined", "_recent")
+
+    def __init__(self) -> None:
+        self._joined: list[str] = []
+        self._recent: list[str] = []
+
+    def append(self, piece: str) -> None:
+        self._recent.append(piece)
+        if len(self._recent) >= self.BATCH:
+            self._joined.append("".join(self._recent))
+            self._recent.clear()
+
+    def text(self) -> str:
+        """Everything appended, in order (kept joined for the next call)."""
+        text = "".join(self._joined) + "".join(self._recent)
+        self._joined = [text]
+        self._recent.clear()
+        return text
+
+
 def excerpt(text: str, limit: int = 120) -> str:
     """Markup quoted in a note: enough to recognise it, bounded for a 1 MB block."""
     return text if len(text) <= limit else text[: limit - 1] + "…"

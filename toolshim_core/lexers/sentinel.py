@@ -68,7 +68,7 @@ from ..calls import (
     CallScope,
 )
 from ..tools import ToolSpec
-from .base import CallArgs, CallBegin, CallEnd, Marker, Segment, Text, excerpt, find_marker
+from .base import CallArgs, CallBegin, CallEnd, Marker, Segment, Text, TextPieces, excerpt, find_marker
 
 OPEN_TAG = "<tool_call>"
 END_TAG = "</tool_call>"
@@ -347,7 +347,7 @@ class SentinelLexer:
 
     def _reset_block(self) -> None:
         self._block_pad = ""  # the padding in front of the current block's tag
-        self._content: list[str] = []  # the block after its tag, as scanned
+        self._content = TextPieces()  # the block after its tag, as scanned
         self._size = 0  # characters held by the block, tag included
         self._depth = 0
         self._in_string = False
@@ -523,15 +523,14 @@ class SentinelLexer:
         """The top-level value has closed and only whitespace follows it."""
         if self._value_end < 0:
             return False
-        content = "".join(self._content)
-        self._content = [content]
+        content = self._content.text()
         return not content[self._value_end - len(OPEN_TAG) :].strip()
 
     # -- leaving a block -----------------------------------------------------------------------
 
     def _close_block(self, out: list[Segment], closing: str, implied: bool) -> None:
         """The block ended (by `closing`, or `implied` by what follows): calls, or text."""
-        content = "".join(self._content)
+        content = self._content.text()
         trailing = ""
         if implied:  # whitespace after the value pads what comes next
             body = content.rstrip()
@@ -552,7 +551,7 @@ class SentinelLexer:
 
     def _release_block(self, out: list[Segment], rest: str = "", implied: bool = False) -> None:
         """The block is not a call: everything held goes out as text, nothing lost."""
-        content = "".join(self._content)
+        content = self._content.text()
         trailing = ""
         if implied:
             body = content.rstrip()
