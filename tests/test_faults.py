@@ -425,6 +425,11 @@ def test_comment_and_keep_alive_lines_fields_and_multi_line_data(upstream, shim,
     # lines and all) arrive as they were sent
     assert received.startswith("".join(blocks[:6]).encode())
     assert received.count(b": ping\n\n") == len(chunks)
+    # every `id:` reaches the client in order, on the event sent in its event's place (or the
+    # next one, when the event was held), and `retry:` as it was
+    ids = re.findall(rb"(?m)^id: (\d+)$", received)
+    assert ids == [str(n).encode() for n in range(len(chunks)) if n % 3 != 2]
+    assert received.count(b"retry: 3000\n") == 1
     log.assert_no_addon_errors()
 
 

@@ -14,6 +14,9 @@ from .sse import SseFramer
 
 # Mistral's bracket markers, or a text that ends in what may begin one (`… [TOO"`). The JSON's
 # own brackets (`"choices":[{`, `"logprobs":[]`) never match.
+# `id:` and `retry:` lines of an event (an `id` line may have no colon). They are state of the
+# client's EventSource (the last event id, the reconnection delay), not part of the data.
+_CARRIED_FIELD = re.compile(rb"(?:^|(?<=[\r\n]))(?:id|retry)(?:[:][^\r\n]*)?(?:\r\n|\r|\n)", re.MULTILINE)
 _BRACKET_MARKUP = re.compile(rb'\[(?:TOOL_CALLS\]|/?THINK\]|ARGS\]|CALL_ID\]|/?[A-Z_]*")')
 
 
@@ -35,6 +38,7 @@ class SseRewriter:
         self.stats = RewriteStats()
         self.failure: Exception | None = None
         self._echo = EchoCheck()
+        self._carried = b""  # `id:`/`retry:` lines of rewritten events not sent yet
         # Set by a subclass while its state lets whole reads pass when `_nothing_to_read`.
         self._passes_whole_reads = False
 
@@ -84,6 +88,9 @@ class SseRewriter:
                 self.failure = exc
             else:
                 out += released
+        # Fields still carried with nothing after them to go on are dropped: an event of an
+        # `id:` alone would reach the OpenAI SDK as an event with empty data, which it cannot read.
+        self._attach_carried(out)
         tail = self._framer.take_pending()
         self._echo.gave(out)
         self._echo.end()
@@ -101,7 +108,26 @@ class SseRewriter:
             out = self._on_block(raw)
         except Exception as exc:  # a bug of ours must not cost the client an event
             self.failure = exc
-            return [raw]
+            carried, self._carried = self._carried, b""
+            return [carried + raw]
+        if out != [raw]:
+            out = self._carry_fields(raw, out)
+        return out
+
+    def _carry_fields(self, raw: bytes, out: list[bytes]) -> list[bytes]:
+        """An event rewritten (or held) loses its raw lines: its `id:` and `retry:` go on the
+        last event sent in its place, or on the next one sent, so the client's last event id
+        and retry delay end up where upstream's would."""
+        if not any(piece is raw for piece in out) and (
+            raw.startswith((b"id", b"retry")) or b"\nid" in raw or b"\nretry" in raw or b"\rid" in raw or b"\rretry" in raw
+        ):
+            self._carried += b"".join(_CARRIED_FIELD.findall(raw))
+        return self._attach_carried(out)
+
+    def _attach_carried(self, out: list[bytes]) -> list[bytes]:
+        if self._carried and out:
+            out[-1] = self._carried + out[-1]
+            self._carried = b""
         return out
 
     def _nothing_to_read(self, data: bytes) -> bool:

@@ -1,0 +1,61 @@
+"""The SSE plumbing every streamed rewrite shares (toolshim_core/stream.py): what happens to an
+event's `id:` and `retry:` lines when the event itself is rewritten or held."""
+
+from __future__ import annotations
+
+import json
+import re
+
+from harness import sse_body
+from toolshim_core.chat import ChatStreamRewriter
+from toolshim_core.tools import RequestContext
+
+BASH = {"type": "function", "function": {"name": "bash", "parameters": {"type": "object", "properties": {"command": {"type": "string"}}}}}
+
+
+def rewriter() -> ChatStreamRewriter:
+    return ChatStreamRewriter(RequestContext.from_request({"model": "qwen3", "tools": [BASH]}))
+
+
+def event(content: str, fields: str = "") -> bytes:
+    return fields.encode() + sse_body([{"choices": [{"index": 0, "delta": {"content": content}}]}], done=False)
+
+
+def run(body: list[bytes]) -> bytes:
+    shim = rewriter()
+    out = [piece for raw in body for piece in shim.feed(raw)]
+    return b"".join(out + shim.close())
+
+
+def ids(body: bytes) -> list[str]:
+    return [m.decode() for m in re.findall(rb"(?m)^id: ?([^\r\n]*)$", body)]
+
+
+def test_an_event_passing_as_it_came_keeps_its_fields_in_place():
+    body = [event("Hello", "id: 1\nretry: 500\n"), event(" world", "id: 2\n"), b"data: [DONE]\n\n"]
+    assert run(body) == b"".join(body)
+
+
+def test_the_fields_of_held_and_rewritten_events_go_on_the_next_event_sent():
+    call = '<tool_call>{"name": "bash", "arguments": {"command": "ls"}}</tool_call>'
+    pieces = ["Let me look. ", call[:5], call[5:30], call[30:], " Done."]
+    body = [event(piece, f"id: {n}\n" + ("retry: 3000\n" if n == 2 else "")) for n, piece in enumerate(pieces)]
+    out = run([*body, b"id: 5\ndata: [DONE]\n\n"])
+    assert ids(out) == ["0", "1", "2", "3", "4", "5"]  # none lost, none twice, in order
+    assert out.count(b"retry: 3000\n") == 1
+    blocks = [block for block in out.split(b"\n\n") if block]
+    # the held pieces' ids ride on the call's event: the client's last id after it is upstream's
+    call_block = next(block for block in blocks if b'"tool_calls"' in block)
+    assert ids(call_block + b"\n")[-1] == "3"
+    assert [json.loads(line[6:]) for block in blocks for line in block.split(b"\n") if line.startswith(b"data: {")]
+
+
+def test_field_lines_look_alike_in_data_are_not_taken():
+    body = [event("<tool_call>", "id: 7\n"), b'data: {"choices":[{"index":0,"delta":{"content":"\\nid: 9"}}]}\n\n', b"data: [DONE]\n\n"]
+    assert ids(run(body)) == ["7"]
+
+
+def test_cr_line_ends_and_an_id_without_a_value():
+    body = [b"id\rdata: " + event("<tool_call>")[6:-2] + b"\r\r", b"retry: 10\r\n" + event(" plain"), b"data: [DONE]\n\n"]
+    out = run(body)
+    assert out.count(b"id\r") == 1 and out.count(b"retry: 10\r\n") == 1
