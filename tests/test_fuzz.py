@@ -581,11 +581,13 @@ def test_fuzz_lexers(forced, data):
         check_witnesses((text,), shown, call_texts(segments), harmony)
 
 
-@pytest.mark.xfail(strict=True, reason="found by fuzzing, not fixed: with parallel_tool_calls false and two call dialects in one chain, the first stage admits its call before the next stage has judged the text in front of it")
-def test_parallel_false_across_dialects_depends_on_the_split():
-    """Qwen models run Hermes then Qwen XML on one channel. With `parallel_tool_calls: false`
-    the first call in the text should be made and the second stay text; in one piece the Hermes
-    stage admits the later JSON block before the XML stage has judged the earlier one."""
+def test_known_limit_parallel_false_across_two_dialects_depends_on_the_split():
+    """Found by fuzzing, documented in the README (Known limits), asserted as it is so that a
+    change is noticed. Qwen models run Hermes then Qwen XML on one channel. With
+    `parallel_tool_calls: false` the first call in the text should be made and the second stay
+    text: so it is when the blocks arrive apart. In one piece the Hermes stage admits its JSON
+    block before the XML stage has judged the earlier XML block, which then stays text. One call
+    is made either way and nothing is lost; which one depends on the split."""
     xml = "<tool_call>\n<function=bash>\n<parameter=command>\nls\n</parameter>\n</function>\n</tool_call>"
     hermes = '<tool_call>{"name": "get_weather", "arguments": {"city": "Oslo"}}</tool_call>'
     case = {
@@ -593,9 +595,12 @@ def test_parallel_false_across_dialects_depends_on_the_split():
         "reasoning": False,
         "max_held": 1 << 20,
     }
-    in_pieces = normalised(run_lexer(case, [xml, hermes]))
-    assert in_pieces[0] == CallBegin("call_*", "bash")  # the first call is made
-    assert normalised(run_lexer(case, [xml + hermes])) == in_pieces
+    assert normalised(run_lexer(case, [xml, hermes])) == [
+        CallBegin("call_*", "bash"), CallArgs('{"command":"ls"}'), CallEnd(), Text(hermes),
+    ]  # fmt: skip
+    assert normalised(run_lexer(case, [xml + hermes])) == [
+        Text(xml), CallBegin("call_*", "get_weather"), CallArgs('{"city":"Oslo"}'), CallEnd(),
+    ]  # fmt: skip
 
 
 # ---------------------------------------------------------------------------------------------
