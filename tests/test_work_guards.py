@@ -36,7 +36,7 @@ class Work(Counter):
 @pytest.fixture
 def work(monkeypatch: pytest.MonkeyPatch) -> Work:
     counted = Work()
-    find_marker, cut, dumps = base.find_marker, sse.SseFramer._cut, orjson.dumps
+    find_marker, cut, feed, dumps = base.find_marker, sse.SseFramer._cut, sse.SseFramer.feed, orjson.dumps
     sentinel_init = sentinel.SentinelLexer.__init__
     sentinels: list[sentinel.SentinelLexer] = []
 
@@ -52,6 +52,13 @@ def work(monkeypatch: pytest.MonkeyPatch) -> Work:
         counted["framing"] += len(framer._buf) - framer._scan
         return cut(framer, final)
 
+    def counting_feed(framer, data):
+        before = counted["framing"]
+        blocks = feed(framer, data)
+        if counted["framing"] == before:  # a read that was one whole event: looked at once
+            counted["framing"] += len(data)
+        return blocks
+
     def counting_dumps(value, *args, **kwargs):
         counted["serialised"] += 1
         return dumps(value, *args, **kwargs)
@@ -60,6 +67,7 @@ def work(monkeypatch: pytest.MonkeyPatch) -> Work:
         if hasattr(module, "find_marker"):
             monkeypatch.setattr(module, "find_marker", counting_find_marker)
     monkeypatch.setattr(sse.SseFramer, "_cut", counting_cut)
+    monkeypatch.setattr(sse.SseFramer, "feed", counting_feed)
     monkeypatch.setattr(chat.orjson, "dumps", counting_dumps)
     monkeypatch.setattr(sentinel.SentinelLexer, "__init__", registering_init)
     counted.sentinels = sentinels  # their block scanner counts its own work

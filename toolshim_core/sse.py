@@ -32,6 +32,12 @@ class SseEvent:
 
 def parse_block(raw: bytes) -> SseEvent:
     """Parse one complete block (as cut by SseFramer) into its fields."""
+    if is_one_data_line(raw):  # what streaming servers send: read without splitting lines
+        value = raw[6:-2] if raw.startswith(b"data: ") else raw[5:-2]
+        try:
+            return SseEvent(raw, value.decode("utf-8"))
+        except UnicodeDecodeError:
+            return SseEvent(raw, malformed=True)
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
@@ -49,6 +55,11 @@ def parse_block(raw: bytes) -> SseEvent:
         elif name == "event":
             event_name = value
     return SseEvent(raw, "\n".join(data_lines) if data_lines else None, event_name)
+
+
+def is_one_data_line(raw: bytes) -> bool:
+    """`data:…\n\n` and nothing else: one line, LF-ended, then the blank line."""
+    return raw.startswith(b"data:") and raw.find(b"\n") == len(raw) - 2 and raw.endswith(b"\n\n") and raw.find(b"\r") < 0
 
 
 def encode_event(data: bytes, event: str | None = None) -> bytes:
@@ -77,6 +88,8 @@ class SseFramer:
 
     def feed(self, data: bytes) -> list[bytes]:
         """Add bytes; return the raw bytes of every block completed by them."""
+        if not self._buf and len(data) > 2 and is_one_data_line(data):
+            return [data]  # a read that is one whole event, as most are: nothing to scan
         self._buf += data
         return self._cut(final=False)
 
