@@ -43,6 +43,12 @@ def split_at(data, cuts):
     return [data[a:b] for a, b in zip([0, *points], [*points, len(data)])]
 
 
+def by_event(body: bytes) -> list[bytes]:
+    """The body cut after every blank line: one event a read, as streaming servers write them
+    (the framer and the rewriters take such reads by a shorter path)."""
+    return split_at(body, [m.end() for m in re.finditer(rb"\n\n", body)])
+
+
 # ---------------------------------------------------------------------------------------------
 # The SSE framer
 # ---------------------------------------------------------------------------------------------
@@ -108,6 +114,7 @@ def test_fuzz_sse_framer(data, cuts):
     assert b"".join(blocks) + tail == data  # nothing lost, nothing added
     assert frame(split_at(data, cuts)) == whole  # chunking invariance
     assert frame([data[i : i + 1] for i in range(len(data))]) == whole
+    assert frame(by_event(data)) == whole
     for raw in blocks:
         event = parse_block(raw)
         assert event.raw == raw
@@ -752,6 +759,8 @@ def test_fuzz_chat_stream_rewriter(case):
     split, rewriter = stream_rewrite(make, case["pieces"])
     assert rewriter.failure is None, repr(rewriter.failure)
     assert without_minted_ids(split) == without_minted_ids(whole)
+    evented, _ = stream_rewrite(make, by_event(body))
+    assert without_minted_ids(evented) == without_minted_ids(whole)
     if len(body) <= 1500:
         by_byte, _ = stream_rewrite(make, [body[i : i + 1] for i in range(len(body))])
         assert without_minted_ids(by_byte) == without_minted_ids(whole)
@@ -891,6 +900,8 @@ def test_fuzz_responses_stream_rewriter(case):
     split, rewriter = stream_rewrite(make, case["pieces"])
     assert rewriter.failure is None, repr(rewriter.failure)
     assert without_minted_ids(split) == without_minted_ids(whole)
+    evented, _ = stream_rewrite(make, by_event(body))
+    assert without_minted_ids(evented) == without_minted_ids(whole)
     if len(body) <= 3000:
         by_byte, _ = stream_rewrite(make, [body[i : i + 1] for i in range(len(body))])
         assert without_minted_ids(by_byte) == without_minted_ids(whole)

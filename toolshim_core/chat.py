@@ -129,17 +129,19 @@ class ChoiceRewriter:
 def text_channels(holder: dict[str, Any]) -> list[tuple[tuple[str, ...], str]]:
     """The text fields of a delta or message as channels, reasoning first (it comes first in
     the model's output, and tells whether content can start inside reasoning): mirrored
-    reasoning fields are one channel."""
-    return sorted(_text_channels(holder), key=lambda channel: channel[0][0] == CONTENT)
-
-
-def _text_channels(holder: dict[str, Any]) -> list[tuple[tuple[str, ...], str]]:
-    present = [(key, value) for key, value in holder.items() if key in TEXT_KEYS and isinstance(value, str)]
-    reasoning = [(key, value) for key, value in present if key != CONTENT]
+    reasoning fields are one channel. (Runs for every event read: kept to one pass.)"""
+    reasoning = [(key, value) for key, value in holder.items() if key in REASONING_KEYS and isinstance(value, str)]
     if len(reasoning) == 2 and reasoning[0][1] == reasoning[1][1]:
-        mirrored = ((reasoning[0][0], reasoning[1][0]), reasoning[0][1])
-        return [mirrored if key != CONTENT else ((key,), value) for key, value in present if key != reasoning[1][0]]
-    return [((key,), value) for key, value in present]
+        channels = [((reasoning[0][0], reasoning[1][0]), reasoning[0][1])]
+    else:
+        channels = [(_CHANNEL_OF[key], value) for key, value in reasoning]
+    content = holder.get(CONTENT)
+    if isinstance(content, str):
+        channels.append((_CHANNEL_OF[CONTENT], content))
+    return channels
+
+
+_CHANNEL_OF = {key: (key,) for key in TEXT_KEYS}
 
 
 def parts_to_deltas(parts: list[Part]) -> list[dict[str, Any]]:

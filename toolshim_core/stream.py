@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 
 from .calls import RewriteStats
-from .sse import SseFramer, is_one_data_line
+from .sse import SseFramer
 
 # Mistral's bracket markers, or a text that ends in what may begin one (`… [TOO"`). The JSON's
 # own brackets (`"choices":[{`, `"logprobs":[]`) never match.
@@ -118,8 +118,8 @@ class SseRewriter:
         """An event rewritten (or held) loses its raw lines: its `id:` and `retry:` go on the
         last event sent in its place, or on the next one sent, so the client's last event id
         and retry delay end up where upstream's would."""
-        # Nearly every event is one `data:` line, which has no other field.
-        if not is_one_data_line(raw) and not any(piece is raw for piece in out):
+        # Nearly every event is one line (`data: …`), which leaves no other field.
+        if raw.find(b"\n") != len(raw) - 2 and not any(piece is raw for piece in out):
             self._carried += b"".join(_CARRIED_FIELD.findall(raw))
         return self._attach_carried(out)
 
