@@ -8,8 +8,9 @@ least disturbed by the machine).
 
 Scaling: time per byte of one tool call whose arguments grow from 1 KB to 1 MB, 1-4 characters
 per event (Kimi, which streams arguments live, and Hermes, which holds the block until it
-closes), and of a text stream with a `<` every few characters (each may start a marker, the worst
-case for hold-back). Linear means the time per byte at 1 MB is at most 1.3x that at 1 KB.
+closes), of a text stream with a `<` every few characters (each may start a marker, the worst
+case for hold-back), and of a Responses text (whose parts' text is kept for the `.done`
+events). Linear means the time per byte at 1 MB is at most 1.3x that at 1 KB.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from streams import (  # noqa: E402
     chat_events,
     kimi_pieces,
     plain_pieces,
+    prose,
     request_body,
     responses_events,
     sentinel_pieces,
@@ -155,6 +157,7 @@ def scaling(quick: bool) -> list[Row]:
         ("Kimi call arguments", _kimi_call, chat_rewriter(KIMI_MODEL)),
         ("Hermes <tool_call> arguments", _sentinel_call, chat_rewriter(QWEN_MODEL)),
         ("text with a '<' every few characters", _angle_text, chat_rewriter(QWEN_MODEL)),
+        ("Responses API text (each part's text is kept for its .done events)", _responses_text, responses_rewriter(QWEN_MODEL)),
     ):
         per_byte = {}
         for size in (small, large):
@@ -198,6 +201,11 @@ def _angle_text(size: int) -> list[bytes]:
     rng = random.Random(6)
     text = "".join(rng.choice(("a < b ", "x<y ", "if i <n ", "<3 ", "<< ")) for _ in range(size // 5))[:size]
     return chat_events(QWEN_MODEL, tokens(text, rng))
+
+
+def _responses_text(size: int) -> list[bytes]:
+    rng = random.Random(7)
+    return responses_events(tokens(prose(rng, size // 3)[:size], rng))
 
 
 def run(quick: bool = False) -> list[Row]:

@@ -33,7 +33,7 @@ import orjson
 
 from .calls import CallScope, RewriteStats, random_id
 from .lexers import ScopeLexers
-from .lexers.base import CallArgs, CallBegin, CallEnd, Lexer, ReasoningEnd, ReasoningText, Segment, Text
+from .lexers.base import CallArgs, CallBegin, CallEnd, Lexer, ReasoningEnd, ReasoningText, Segment, Text, TextPieces
 from .sse import encode_event, parse_block
 from .stream import SseRewriter, markup_may_start
 from .tools import RequestContext
@@ -78,6 +78,9 @@ class PieceItem:
     text_open: set[int] = field(default_factory=set)  # parts whose text is not done yet
     part_open: set[int] = field(default_factory=set)  # parts not done yet
     part_events: dict[int, str] = field(default_factory=dict)  # the part events' name, as upstream
+    # The text of the parts we read, as it grows (`+=` on a dict's string copies it every time:
+    # quadratic over a long answer); joined for the `.done` payloads.
+    texts: dict[int, TextPieces] = field(default_factory=dict)
 
     @property
     def announced(self) -> bool:
@@ -86,8 +89,19 @@ class PieceItem:
     def content_index(self, upstream_index: int) -> int:
         return list(self.parts).index(upstream_index)
 
+    def add_text(self, key: int, text: str) -> None:
+        self.texts[key].append(text)
+
+    def text(self, key: int) -> str:
+        return self.texts[key].text()
+
+    def part(self, key: int) -> dict[str, Any]:
+        """The part as it stands, its text so far included."""
+        held = self.texts.get(key)
+        return {**self.parts[key], "text": held.text()} if held is not None else dict(self.parts[key])
+
     def item(self, status: str) -> dict[str, Any]:
-        return {**self.base, "id": self.id, "status": status, "content": list(self.parts.values())}
+        return {**self.base, "id": self.id, "status": status, "content": [self.part(key) for key in self.parts]}
 
 
 @dataclass(slots=True)
@@ -200,7 +214,7 @@ class ResponsesRewriter:
         lexer = source.lexers.get(content_index)
         if lexer is None or not lexer.idle:
             return False
-        piece.parts[content_index]["text"] += delta
+        piece.add_text(content_index, delta)
         self._seq += 1
         return True
 
@@ -349,7 +363,7 @@ class ResponsesRewriter:
             and content_index in piece.text_open
         ):
             # The common case: plain text into an open part, sent as it came (renumbered).
-            piece.parts[content_index]["text"] += delta
+            piece.add_text(content_index, delta)
             changes = {"output_index": piece.index, "item_id": piece.id, "content_index": piece.content_index(content_index)}
             out.append(self._same_or_new(incoming, {**event, **changes}))
             return
@@ -377,6 +391,7 @@ class ResponsesRewriter:
         part = incoming.event.get("part")
         if isinstance(part, dict) and part.get("type") != PART_TYPE[source.kind]:
             piece.parts[content_index] = part  # a part we do not read: upstream's final version
+            piece.texts.pop(content_index, None)
         if source.altered or piece.id != source.id:
             self._close_part(piece, content_index, out)
         else:
@@ -462,7 +477,7 @@ class ResponsesRewriter:
             self._announce(source, piece, out)
         if key not in piece.part_open:
             self._open_part(source, piece, key, out)
-        piece.parts[key]["text"] += text
+        piece.add_text(key, text)
         position = {"item_id": piece.id, "output_index": piece.index, "content_index": piece.content_index(key)}
         if incoming is not None and own and text == incoming.event["delta"]:
             out.append(self._same_or_new(incoming, {**incoming.event, **position}))  # as it came
@@ -487,6 +502,7 @@ class ResponsesRewriter:
         piece.part_open.add(key)
         if reads_text:
             piece.text_open.add(key)
+            piece.texts[key] = TextPieces()
         event = {
             "type": upstream.event["type"] if upstream is not None else "response.content_part.added",
             "item_id": piece.id,
@@ -504,7 +520,7 @@ class ResponsesRewriter:
             "item_id": piece.id,
             "output_index": piece.index,
             "content_index": piece.content_index(key),
-            "text": piece.parts[key]["text"],
+            "text": piece.text(key),
         }
         if piece.kind == MESSAGE:
             done["logprobs"] = []
@@ -519,7 +535,7 @@ class ResponsesRewriter:
             "item_id": piece.id,
             "output_index": piece.index,
             "content_index": piece.content_index(key),
-            "part": dict(piece.parts[key]),
+            "part": piece.part(key),
         }))
 
     # -- calls -----------------------------------------------------------------------------------
