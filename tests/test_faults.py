@@ -448,8 +448,7 @@ def peak_rss_kib(pid: int, *, reset: bool = False) -> int:
     return int(re.search(r"VmHWM:\s+(\d+) kB", status)[1])
 
 
-@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads /proc")
-def test_a_10_mb_single_event_passes_whole_in_bounded_time_and_memory(upstream, shim, log, unique_model):
+def test_a_10_mb_single_event_passes_whole_in_bounded_memory(upstream, shim, log, unique_model):
     big = "".join(f"line {n}: plain text, no markup.\n" for n in range(350_000))[: 10 << 20]
     call = f" {CALL_BEGIN}functions.bash:1{ARG_BEGIN}{{\"command\": \"ls\"}}{CALL_END}"
     chunks = kimi_chunks(unique_model, ["Hello.", big, call], fields=("content",))
@@ -459,15 +458,13 @@ def test_a_10_mb_single_event_passes_whole_in_bounded_time_and_memory(upstream, 
     pid = shim.pid
     before = peak_rss_kib(pid, reset=True)
 
-    started = time.monotonic()
     received = post(shim, unique_model).content
-    elapsed = time.monotonic() - started
 
     assert big_event in received  # the event passed whole, byte for byte
     result = check_chat_stream(received)
     assert result["content"] == "Hello." + big and [c["name"] for c in result["tool_calls"]] == ["bash"]
-    # Linear work: ~0.3 s here; reads that copied and rescanned the held event took 8 s.
-    assert elapsed < 5, elapsed
+    # Linear work is counted, not timed, in the next test (reads that copied and rescanned the
+    # held event took seconds here).
     # A few copies of the body (~6 here: the flow keeps what came and what was sent), not one
     # per read.
     assert peak_rss_kib(pid) - before < 12 * 10 * 1024, (before, peak_rss_kib(pid))
