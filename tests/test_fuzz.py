@@ -635,6 +635,19 @@ def stream_rewrite(make, pieces: list[bytes]) -> tuple[bytes, object]:
     return b"".join(out), rewriter
 
 
+def same_however_cut(make, body: bytes, pieces: list[bytes], by_byte_up_to: int) -> bytes:
+    """The body rewritten whole, after checking that it comes out the same (minted ids aside)
+    cut into `pieces`, one event a read, and (when short) one byte a read; no failure."""
+    whole, rewriter = stream_rewrite(make, [body])
+    assert rewriter.failure is None, repr(rewriter.failure)
+    cuts = [pieces, by_event(body)] + ([[body[i : i + 1] for i in range(len(body))]] if len(body) <= by_byte_up_to else [])
+    for cut in cuts:
+        out, rewriter = stream_rewrite(make, cut)
+        assert rewriter.failure is None, repr(rewriter.failure)
+        assert without_minted_ids(out) == without_minted_ids(whole)
+    return whole
+
+
 def chat_tools():
     return [
         {"type": "function", "function": {"name": spec.name, "parameters": spec.parameters, "strict": spec.strict}}
@@ -754,16 +767,7 @@ def test_fuzz_chat_stream_rewriter(case):
 
     body = case["body"]
     make = lambda: ChatStreamRewriter(copy.deepcopy(case["context"]))  # noqa: E731
-    whole, rewriter = stream_rewrite(make, [body])
-    assert rewriter.failure is None, repr(rewriter.failure)
-    split, rewriter = stream_rewrite(make, case["pieces"])
-    assert rewriter.failure is None, repr(rewriter.failure)
-    assert without_minted_ids(split) == without_minted_ids(whole)
-    evented, _ = stream_rewrite(make, by_event(body))
-    assert without_minted_ids(evented) == without_minted_ids(whole)
-    if len(body) <= 1500:
-        by_byte, _ = stream_rewrite(make, [body[i : i + 1] for i in range(len(body))])
-        assert without_minted_ids(by_byte) == without_minted_ids(whole)
+    whole = same_however_cut(make, body, case["pieces"], by_byte_up_to=1500)
     if case["broken"]:
         for raw in OPAQUE_EVENTS:
             if raw in body and raw.strip():
@@ -895,16 +899,7 @@ def test_fuzz_responses_stream_rewriter(case):
 
     body = case["body"]
     make = lambda: ResponsesStreamRewriter(copy.deepcopy(case["context"]))  # noqa: E731
-    whole, rewriter = stream_rewrite(make, [body])
-    assert rewriter.failure is None, repr(rewriter.failure)
-    split, rewriter = stream_rewrite(make, case["pieces"])
-    assert rewriter.failure is None, repr(rewriter.failure)
-    assert without_minted_ids(split) == without_minted_ids(whole)
-    evented, _ = stream_rewrite(make, by_event(body))
-    assert without_minted_ids(evented) == without_minted_ids(whole)
-    if len(body) <= 3000:
-        by_byte, _ = stream_rewrite(make, [body[i : i + 1] for i in range(len(body))])
-        assert without_minted_ids(by_byte) == without_minted_ids(whole)
+    whole = same_however_cut(make, body, case["pieces"], by_byte_up_to=3000)
     event(f"broken: {case['broken']}")
     if case["broken"]:
         return
