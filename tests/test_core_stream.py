@@ -59,3 +59,30 @@ def test_cr_line_ends_and_an_id_without_a_value():
     body = [b"id\rdata: " + event("<tool_call>")[6:-2] + b"\r\r", b"retry: 10\r\n" + event(" plain"), b"data: [DONE]\n\n"]
     out = run(body)
     assert out.count(b"id\r") == 1 and out.count(b"retry: 10\r\n") == 1
+
+
+def test_argument_pieces_keep_whatever_else_their_choice_and_delta_carry():
+    """A delta holding one piece of a call's arguments is packed by a short path (chat.py); a
+    choice or delta carrying anything else (vLLM's `stop_reason`, logprobs, a role) takes the
+    general one, and nothing of it is lost."""
+    from kimi import chunk, kimi_chunks
+
+    from toolshim_core.chat import ChatStreamRewriter
+
+    pieces = ["<|tool_calls_section_begin|>", "<|tool_call_begin|>", "functions.bash:0", "<|tool_call_argument_begin|>",
+              '{"comm', 'and":', ' "ls"}', "<|tool_call_end|>", "<|tool_calls_section_end|>"]  # fmt: skip
+    chunks = kimi_chunks("kimi-k2", pieces, fields=("content",))  # chunks[5:8] hold the arguments
+    chunks[6]["choices"][0]["stop_reason"] = None
+    chunks[7]["choices"][0]["logprobs"] = {"content": [{"token": " \"ls\"}", "logprob": -0.1}]}
+    chunks[7]["choices"][0]["delta"]["role"] = "assistant"
+    shim = ChatStreamRewriter(RequestContext.from_request({"model": "kimi-k2", "tools": [BASH]}))
+    out = b"".join(shim.feed(sse_body(chunks)) + shim.close())
+    sent = [json.loads(line[6:]) for line in out.split(b"\n\n") if line.startswith(b"data: {")]
+    args = [c for c in sent if c["choices"] and "id" not in (c["choices"][0]["delta"].get("tool_calls") or [{"id": 0}])[0]]
+    assert [c["choices"][0]["delta"]["tool_calls"][0]["function"]["arguments"] for c in args] == ['{"comm', 'and":', ' "ls"}']
+    plain, stop_reason, rich = args
+    assert plain == {**chunk("kimi-k2", {}), "choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "function": {"arguments": '{"comm'}}]}, "logprobs": None, "finish_reason": None}]}
+    assert stop_reason["choices"][0]["stop_reason"] is None
+    # the role goes first in a chunk of its own, carrying the logprobs; the arguments follow
+    (role,) = [c for c in sent[1:] if c["choices"] and c["choices"][0]["delta"].get("role") == "assistant"]
+    assert role["choices"][0]["logprobs"] == chunks[7]["choices"][0]["logprobs"] and sent.index(role) == sent.index(rich) - 1

@@ -26,6 +26,8 @@ CONTENT = "content"
 REASONING_KEYS = ("reasoning_content", "reasoning")  # SGLang/Moonshot, vLLM/OpenRouter
 TEXT_KEYS = (*REASONING_KEYS, CONTENT)
 PARSE_FAILURES = (INVALID_JSON, STRICT_FAILURE)
+_TEXT_KEY_SET = frozenset(TEXT_KEYS)
+_PLAIN_CHOICE_KEYS = frozenset(("index", "delta", "logprobs", "finish_reason"))
 # Upstream's own tool calls in a chunk: they take call indices, so the chunk must be read.
 _UPSTREAM_CALLS = re.compile(rb'"tool_calls"\s*:\s*\[\s*\{')
 # Content that starts the answer: whitespace alone does not (a `<think>` may still open after it,
@@ -312,6 +314,12 @@ class ChatStreamRewriter(SseRewriter):
                 unchanged = False
         if unchanged:
             return None
+        if finish is None and native is None and len(parts) == 1 and parts[0][0] == "args" and choice.get("logprobs") is None:
+            # The bulk of a tool-call stream: one piece of arguments in, one out. What the
+            # general packing below makes of it, when the choice and its delta hold nothing else.
+            if choice.keys() <= _PLAIN_CHOICE_KEYS and delta.keys() <= _TEXT_KEY_SET:
+                entry = {"index": parts[0][1], "function": {"arguments": parts[0][2]}}
+                return [{**self._template, "choices": [{"index": index, "delta": {"tool_calls": [entry]}, "logprobs": None, "finish_reason": None}]}]
 
         head = {k: v for k, v in delta.items() if k not in TEXT_KEYS and k != "tool_calls"}
         deltas = parts_to_deltas(parts)
