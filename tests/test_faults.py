@@ -386,6 +386,65 @@ def test_http2_client_over_tls_gets_the_repaired_stream(upstream, shim, confdir,
     log.assert_no_addon_errors()
 
 
+def h2_request(conn, sock: ssl.SSLSocket, stream_id: int, model: str) -> None:
+    body = json.dumps(chat_request(model)).encode()
+    conn.send_headers(stream_id, [(":method", "POST"), (":path", "/v1/chat/completions"), (":scheme", "https"),
+                                  (":authority", "127.0.0.1"), ("content-type", "application/json"),
+                                  ("content-length", str(len(body)))])  # fmt: skip
+    conn.send_data(stream_id, body, end_stream=True)
+    sock.sendall(conn.data_to_send())
+
+
+def h2_read(conn, sock: ssl.SSLSocket, until) -> dict[int, bytes]:
+    """Read frames (acknowledging data) until `until(bodies, ended)` holds."""
+    import h2.events
+
+    bodies: dict[int, bytes] = {}
+    ended: set[int] = set()
+    while not until(bodies, ended):
+        data = sock.recv(65536)
+        assert data, bodies
+        for event in conn.receive_data(data):
+            if isinstance(event, h2.events.DataReceived):
+                bodies[event.stream_id] = bodies.get(event.stream_id, b"") + event.data
+                conn.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
+            elif isinstance(event, h2.events.StreamEnded):
+                ended.add(event.stream_id)
+        sock.sendall(conn.data_to_send())
+    return bodies
+
+
+def test_http2_stream_reset_mid_stream_frees_its_state_and_spares_the_connection(upstream, shim, confdir, log, unique_model):
+    """An HTTP/2 client cancels one stream (RST_STREAM) mid-call and goes on using the
+    connection: the cancelled flow's state is freed, the next stream is repaired whole."""
+    import h2.config
+    import h2.connection
+
+    first, second = f"{unique_model}-reset", f"{unique_model}-after"
+    upstream.add(first, chunks=[sse_body([c], done=False) for c in kimi_chunks(first, SEED_000)], delay=0.05)
+    upstream.add(second, chunks=[sse_body(kimi_chunks(second, SEED_000))])
+    context = H2FirstContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.load_verify_locations(confdir / "mitmproxy-ca-cert.pem")
+    context.set_alpn_protocols(["h2"])
+    with socket.create_connection(("127.0.0.1", shim.port), timeout=10) as raw, context.wrap_socket(raw, server_hostname="127.0.0.1") as sock:
+        assert sock.selected_alpn_protocol() == "h2"
+        conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+        conn.initiate_connection()
+        sock.sendall(conn.data_to_send())
+        h2_request(conn, sock, 1, first)
+        h2_read(conn, sock, lambda bodies, ended: b'"tool_calls"' in bodies.get(1, b""))  # mid-call
+        conn.reset_stream(1)
+        sock.sendall(conn.data_to_send())
+        assert log.probes(first) == [("error", 0)]
+        h2_request(conn, sock, 3, second)
+        bodies = h2_read(conn, sock, lambda bodies, ended: 3 in ended)
+    result = check_chat_stream(bodies[3])
+    assert calls_of(result) == SEED_CALLS and result["usage"] == USAGE and result["done"]
+    assert log.probes(second) == [("response", 0)]
+    assert not [line for line in log.lines() if re.search(r"(?i)warn|exception", line) and "flow-probe" not in line]
+    log.assert_no_addon_errors()
+
+
 # -- SSE syntax -----------------------------------------------------------------------------------
 
 
