@@ -12,11 +12,11 @@ import re
 from .calls import RewriteStats
 from .sse import SseFramer
 
-# Mistral's bracket markers, or a text that ends in what may begin one (`… [TOO"`). The JSON's
-# own brackets (`"choices":[{`, `"logprobs":[]`) never match.
 # `id:` and `retry:` lines of an event (an `id` line may have no colon). They are state of the
 # client's EventSource (the last event id, the reconnection delay), not part of the data.
 _CARRIED_FIELD = re.compile(rb"(?:^|(?<=[\r\n]))(?:id|retry)(?:[:][^\r\n]*)?(?:\r\n|\r|\n)", re.MULTILINE)
+# Mistral's bracket markers, or a text that ends in what may begin one (`… [TOO"`). The JSON's
+# own brackets (`"choices":[{`, `"logprobs":[]`) never match.
 _BRACKET_MARKUP = re.compile(rb'\[(?:TOOL_CALLS\]|/?THINK\]|ARGS\]|CALL_ID\]|/?[A-Z_]*")')
 
 

@@ -178,8 +178,8 @@ class ChainLexer:
 class TextPieces:
     """Text that arrives in token-sized pieces and is held until a block closes. A list of 1-4
     character strings costs about 60 bytes a character (an object and a pointer each); joining
-    every `BATCH` pieces keeps it near one byte a character, and copies each character at most
-    twice, so holding stays linear."""
+    every `BATCH` pieces keeps it near one byte a character, and copies each character once
+    more than appending to the list did, so holding stays linear."""
 
     BATCH = 256
 

@@ -175,9 +175,9 @@ class KimiLexer:
 
     def feed(self, text: str) -> list[Segment]:
         if self._state == ARGS and self._args_sent and not self._buf and text and "<" not in text and not text[-1].isspace():
-            # The bulk of a tool-call stream: arguments with no `<` (every marker starts with
-            # one) and no whitespace at the end to hold pass on as they came, which is what
-            # `_run` makes of them, without its search.
+            # The bulk of a tool-call stream. Arguments with no `<` (every marker starts with
+            # one) and no whitespace at the end (which `_run` would hold) go on as they came:
+            # what `_run` makes of them, without its search.
             return [CallArgs(text)]
         self._buf += text
         return self._run(final=False)
