@@ -86,3 +86,65 @@ def test_argument_pieces_keep_whatever_else_their_choice_and_delta_carry():
     # the role goes first in a chunk of its own, carrying the logprobs; the arguments follow
     (role,) = [c for c in sent[1:] if c["choices"] and c["choices"][0]["delta"].get("role") == "assistant"]
     assert role["choices"][0]["logprobs"] == chunks[7]["choices"][0]["logprobs"] and sent.index(role) == sent.index(rich) - 1
+
+
+def with_ids(body: bytes, start: int = 0) -> list[bytes]:
+    """Each event of `body` with an `id:` line of its number, first."""
+    return [f"id: {n}\n".encode() + block + b"\n\n" for n, block in enumerate(body.split(b"\n\n")[:-1], start)]
+
+
+def test_responses_events_held_then_sent_as_they_came_keep_their_own_ids_once():
+    """A Responses rewriter holds `output_item.added` and `content_part.added` until the item's
+    first text is known, then sends their raw bytes: the ids they carry are not sent twice."""
+    from responses import responses_events, responses_sse
+
+    from toolshim_core.responses import ResponsesStreamRewriter
+
+    tools = [{"type": "function", "name": "bash", "parameters": {"type": "object"}}]
+    body = with_ids(responses_sse(responses_events("m", ["Hello", " world"], tools=tools)))
+    shim = ResponsesStreamRewriter(RequestContext.from_request({"model": "m", "tools": tools}))
+    out = b"".join([piece for raw in body for piece in shim.feed(raw)] + shim.close())
+    assert out == b"".join(body) and not shim.changed
+    # with a call cut out of the text, the ids still come once each, in order
+    call = '<tool_call>{"name": "bash", "arguments": {"command": "ls"}}</tool_call>'
+    body = with_ids(responses_sse(responses_events("m", ["Look. ", call[:9], call[9:], " Done."], tools=tools)))
+    shim = ResponsesStreamRewriter(RequestContext.from_request({"model": "m", "tools": tools}))
+    out = b"".join([piece for raw in body for piece in shim.feed(raw)] + shim.close())
+    assert b'"type":"function_call"' in out
+    assert [int(n) for n in ids(out)] == list(range(len(body)))
+
+
+def test_an_event_passing_as_it_came_after_a_rewritten_one_ends_with_its_own_id():
+    """The fields carried from a held event go on the next event sent, even one passing as it
+    came: its own id comes after them, so the client's last id never goes back."""
+    empty = b"id: 2\n" + sse_body([{"choices": [{"index": 0, "delta": {}}]}], done=False)  # passes as it came
+    body = [event("Let me look ", "id: 0\n"), event("<", "id: 1\n"), empty, event("b> now", "id: 3\n")]
+    for reads in (body, body[:2] + [b"".join(body[2:])]):  # one read each, or the rest whole (the fast path)
+        out = run([*reads, b"id: 4\ndata: [DONE]\n\n"])
+        assert ids(out) == ["0", "1", "2", "3", "4"]
+        assert b"Let me look <b> now" == b"".join(
+            json.loads(line[6:])["choices"][0]["delta"].get("content", "").encode() for line in out.split(b"\n") if line.startswith(b"data: {")
+        )
+
+
+def test_fields_newer_than_an_event_sent_last_as_it_came_go_after_its_own():
+    """An event held and then sent as it came, last of what an event released: the fields of the
+    events read after it go after its own id, inside it."""
+    from toolshim_core.stream import SseRewriter
+
+    class HoldsOne(SseRewriter):
+        """Holds the first event; the second one is dropped and releases the first as it came."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.held: bytes | None = None
+
+        def _on_block(self, raw: bytes) -> list[bytes]:
+            if self.held is None:
+                self.held = raw
+                return []
+            return [self.held]
+
+    shim = HoldsOne()
+    out = shim.feed(b"id: 1\ndata: a\n\n") + shim.feed(b"id: 2\r\ndata: b\r\n\r\n")
+    assert out == [b"id: 1\ndata: a\nid: 2\r\n\n"]

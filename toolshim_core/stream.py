@@ -38,7 +38,10 @@ class SseRewriter:
         self.stats = RewriteStats()
         self.failure: Exception | None = None
         self._echo = EchoCheck()
-        self._carried = b""  # `id:`/`retry:` lines of rewritten events not sent yet
+        # `id:`/`retry:` lines of events rewritten or held, not sent yet: (the event's number in
+        # the stream, the event's raw bytes, its field lines).
+        self._carried: list[tuple[int, bytes, bytes]] = []
+        self._taken = 0  # events read so far: the number of the one being read
         # Set by a subclass while its state lets whole reads pass when `_nothing_to_read`.
         self._passes_whole_reads = False
 
@@ -48,7 +51,8 @@ class SseRewriter:
         return self._echo.changed
 
     def feed(self, data: bytes) -> list[bytes]:
-        if self._passes_whole_reads and self._echo.idle:
+        # (Not while fields are carried: the next event sent takes them.)
+        if self._passes_whole_reads and self._echo.idle and not self._carried:
             # The fast path: the whole events of this read pass unframed when nothing in them
             # needs a look; an unfinished last event waits in the framer, as ever.
             end = data.rfind(b"\n\n") + 2  # a blank line ends an event (a CRLF stream has none)
@@ -90,7 +94,8 @@ class SseRewriter:
                 out += released
         # Fields still carried with nothing after them to go on are dropped: an event of an
         # `id:` alone would reach the OpenAI SDK as an event with empty data, which it cannot read.
-        self._attach_carried(out)
+        self._attach_carried(out, None)
+        self._carried = []
         tail = self._framer.take_pending()
         self._echo.gave(out)
         self._echo.end()
@@ -102,31 +107,51 @@ class SseRewriter:
 
     def _on_block_failing_open(self, raw: bytes) -> list[bytes]:
         """Invariant 4: after the first exception this stream's events pass as they came."""
+        self._taken += 1
         if self.failure is not None:
             return [raw]
         try:
             out = self._on_block(raw)
         except Exception as exc:  # a bug of ours must not cost the client an event
             self.failure = exc
-            carried, self._carried = self._carried, b""
-            return [carried + raw]
+            return self._attach_carried([raw], raw)
         if out != [raw]:
-            out = self._carry_fields(raw, out)
-        return out
+            # Nearly every event is one line (`data: …`), which leaves no other field.
+            if raw.find(b"\n") != len(raw) - 2 and not any(piece is raw for piece in out):
+                fields = b"".join(_CARRIED_FIELD.findall(raw))
+                if fields:
+                    self._carried.append((self._taken, raw, fields))
+        return self._attach_carried(out, raw) if self._carried else out
 
-    def _carry_fields(self, raw: bytes, out: list[bytes]) -> list[bytes]:
-        """An event rewritten (or held) loses its raw lines: its `id:` and `retry:` go on the
-        last event sent in its place, or on the next one sent, so the client's last event id
-        and retry delay end up where upstream's would."""
-        # Nearly every event is one line (`data: …`), which leaves no other field.
-        if raw.find(b"\n") != len(raw) - 2 and not any(piece is raw for piece in out):
-            self._carried += b"".join(_CARRIED_FIELD.findall(raw))
-        return self._attach_carried(out)
+    def _attach_carried(self, out: list[bytes], raw: bytes | None) -> list[bytes]:
+        """An event rewritten or held loses its raw lines: its `id:` and `retry:` go on the
+        events sent in its place, or on the next ones sent, so that the client's last event id
+        and retry delay end up where upstream's would, never going back.
 
-    def _attach_carried(self, out: list[bytes]) -> list[bytes]:
-        if self._carried and out:
-            out[-1] = self._carried + out[-1]
-            self._carried = b""
+        `raw` is the event just read (None at the end). The last of a piece's fields wins, so
+        fields older than an event sent as it came go before its own; the newest go on the last
+        piece sent. A held event sent as it came later still carries its own fields."""
+        if not self._carried or not out:
+            return out
+        number_of = {id(src): number for number, src, _ in self._carried}
+        if raw is not None:
+            number_of[id(raw)] = self._taken
+        waiting = [(number, fields) for number, src, fields in self._carried if not any(piece is src for piece in out)]
+        self._carried = []
+        numbers = [number_of.get(id(piece)) for piece in out]
+        for position, number in enumerate(numbers):
+            older = [fields for n, fields in waiting if number is not None and n < number]
+            if older:
+                out[position] = b"".join(older) + out[position]
+                waiting = [(n, fields) for n, fields in waiting if n > number]
+        if waiting:
+            fields = b"".join(fields for _, fields in waiting)
+            last = out[-1]
+            if numbers[-1] is not None:  # an event as it came, older than the fields: they go after its own
+                cut = len(last) - (2 if last.endswith(b"\r\n") else 1)  # before the blank line
+                out[-1] = last[:cut] + fields + last[cut:]
+            else:
+                out[-1] = fields + last
         return out
 
     def _nothing_to_read(self, data: bytes) -> bool:
