@@ -298,6 +298,22 @@ def test_a_refusal_part_passes_through():
     assert rewrite(body) == body
 
 
+def test_output_text_deltas_into_a_part_of_another_type_are_read_all_the_same():
+    """A server announcing its part as `{"type": "text", "text": ""}` (not `output_text`) and
+    then sending `output_text.delta` events into it: the markup in them is still a call."""
+    events = responses_events("m", ["Hi. ", CALL_PARIS], tools=TOOLS)
+    for e in events:
+        if e["type"] == "response.content_part.added":
+            e["part"] = {"type": "text", "text": ""}
+    sent = events_of(rewrite(responses_sse(events)))  # the part's type is upstream's: no SDK model takes it
+    done = [e["item"] for e in sent if e["type"] == "response.output_item.done"]
+    assert [(i["type"], i.get("name"), i.get("arguments")) for i in done] == [
+        ("message", None, None), ("function_call", "get_weather", '{"city":"Paris"}')
+    ]
+    assert "".join(e["delta"] for e in sent if e["type"] == "response.output_text.delta") == "Hi. "
+    assert done[0]["content"] == [{"type": "text", "text": "Hi. "}]
+
+
 def test_items_only_listed_in_the_terminal_event_are_rewritten_there():
     events = responses_events("m", ["Hi." + CALL_PARIS], tools=TOOLS)
     body = responses_sse([events[0], events[-1]])  # created, completed: nothing streamed item by item

@@ -90,7 +90,13 @@ class PieceItem:
         return list(self.parts).index(upstream_index)
 
     def add_text(self, key: int, text: str) -> None:
-        self.texts[key].append(text)
+        held = self.texts.get(key)
+        if held is None:  # text deltas into a part of a type we do not read (`"type": "text"`)
+            held = self.texts[key] = TextPieces()
+            announced = self.parts[key].get("text")
+            if isinstance(announced, str) and announced:
+                held.append(announced)
+        held.append(text)
 
     def text(self, key: int) -> str:
         return self.texts[key].text()
