@@ -367,7 +367,7 @@ def lexer_case(draw, forced):
         dialects=dialects,
         reasoning_preopened=draw(st.sampled_from([None, None, True, False])),
         # Not with two call dialects in one chain: which call is "the first" then depends on the
-        # split (test_parallel_false_across_dialects_depends_on_the_split, below).
+        # split (test_known_limit_parallel_false_across_two_dialects_depends_on_the_split, below).
         parallel_tool_calls=len(dialects_for(model, dialects)) > 1 or draw(st.integers(0, 4)) > 0,
         tool_choice_none=draw(st.integers(0, 15)) == 0,
     )
@@ -648,6 +648,20 @@ def same_however_cut(make, body: bytes, pieces: list[bytes], by_byte_up_to: int)
     return whole
 
 
+def check_event_ids(case, body: bytes) -> None:
+    """Upstream numbered its events with `id:` lines: whatever was rewritten or held, the client
+    sees each id at most once, never going back, and ends on upstream's last (the SSE client's
+    last event id, which it sends when it reconnects)."""
+    if not case["numbered"]:
+        return
+    id_line = re.compile(rb"(?:^|(?<=[\r\n]))id: (\d+)(?=[\r\n])")  # any line end, CR alone too
+    sent = [int(n) for n in id_line.findall(case["body"])]
+    seen = [int(n) for n in id_line.findall(body)]
+    assert seen == sorted(set(seen)), seen
+    if not case.get("cut") and case.get("ending") != "cut":
+        assert seen[-1] == sent[-1]
+
+
 def chat_tools():
     return [
         {"type": "function", "function": {"name": spec.name, "parameters": spec.parameters, "strict": spec.strict}}
@@ -697,7 +711,7 @@ def chat_case(draw):
     model = draw(st.sampled_from(MODELS))
     vocabulary = [d.name for d in dialects_for(model, None)] + ["think"]
     request = {"model": model, "messages": [], "tools": chat_tools(), "stream": True}
-    if len(dialects_for(model, None)) == 1 and draw(st.integers(0, 5)) == 0:  # see the xfail test above
+    if len(dialects_for(model, None)) == 1 and draw(st.integers(0, 5)) == 0:  # one dialect: see test_known_limit_parallel_false_…
         request["parallel_tool_calls"] = False
     context = RequestContext.from_body(json.dumps(request).encode())
     broken = draw(st.booleans())
@@ -737,6 +751,9 @@ def chat_case(draw):
     if ending != "cut":
         events.append(b"data: [DONE]")
     events = [e + draw(st.sampled_from(EOLS)) for e in events]
+    numbered = draw(st.booleans())  # an `id:` line on every event: where do they end up?
+    if numbered:
+        events = [b"id: %d\n" % n + e for n, e in enumerate(events)]
     if broken:
         for _ in range(draw(st.integers(1, 4))):
             odd = draw(st.sampled_from(OPAQUE_EVENTS)) if draw(st.booleans()) else (
@@ -752,7 +769,7 @@ def chat_case(draw):
         message["tool_calls"] = [{"id": "call_upstream", "type": "function", "function": {"name": "bash", "arguments": '{"command": "ls"}'}}]
     completion = {"id": "chatcmpl-f", "object": "chat.completion", "created": 1, "model": model,
                   "choices": [{"index": 0, "message": message, "finish_reason": "stop"}]}
-    return {"context": context, "body": body, "pieces": split_at(body, cuts), "broken": broken, "layout": layout,
+    return {"context": context, "body": body, "pieces": split_at(body, cuts), "broken": broken, "layout": layout, "numbered": numbered,
             "texts": (reasoning_text, content_text), "model": model, "completion": completion, "ending": ending}
 
 
@@ -773,6 +790,7 @@ def test_fuzz_chat_stream_rewriter(case):
             if raw in body and raw.strip():
                 assert raw in whole  # passed on as it came
         return
+    check_event_ids(case, whole)
     result = check_chat_stream(whole)
     if case["layout"] == "mirrored":
         assert result["reasoning"] == result["reasoning_content"]
@@ -839,7 +857,7 @@ def responses_case(draw):
     model = draw(st.sampled_from(MODELS))
     vocabulary = [d.name for d in dialects_for(model, None)] + ["think"]
     request = {"model": model, "input": "hi", "tools": responses_tools(), "stream": True}
-    if len(dialects_for(model, None)) == 1 and draw(st.integers(0, 5)) == 0:  # see the xfail test above
+    if len(dialects_for(model, None)) == 1 and draw(st.integers(0, 5)) == 0:  # one dialect: see test_known_limit_parallel_false_…
         request["parallel_tool_calls"] = False
     context = RequestContext.from_body(json.dumps(request).encode())
     witness = Witnesses()
@@ -880,11 +898,14 @@ def responses_case(draw):
         name = item.get("type") if isinstance(item, dict) else None
         head = b"event: " + str(name).encode() + b"\n" if named and isinstance(name, str) else b""
         raw_events.append(head + b"data: " + payload + draw(st.sampled_from(EOLS)))
+    numbered = draw(st.booleans())
+    if numbered:
+        raw_events = [b"id: %d\n" % n + raw for n, raw in enumerate(raw_events)]
     if broken and draw(st.booleans()):
         raw_events.insert(draw(st.integers(0, len(raw_events))), draw(st.sampled_from(OPAQUE_EVENTS)))
     body = b"".join(raw_events)
     cuts = draw(st.lists(st.integers(0, len(body)), max_size=30))
-    return {"context": context, "body": body, "pieces": split_at(body, cuts), "broken": broken or cut,
+    return {"context": context, "body": body, "pieces": split_at(body, cuts), "broken": broken or cut, "numbered": numbered, "cut": cut,
             "texts": tuple(t for t in (reasoning_text, content_text) if t is not None), "model": model, "json": body_json}
 
 
@@ -903,6 +924,7 @@ def test_fuzz_responses_stream_rewriter(case):
     event(f"broken: {case['broken']}")
     if case["broken"]:
         return
+    check_event_ids(case, whole)
     result = check_responses_stream(whole)
     event(f"calls: {bool(result['calls'])}")
     calls = [call_text(c["call_id"], c["name"], c["arguments"]) for c in result["calls"]]
