@@ -8,6 +8,7 @@ import re
 
 from harness import sse_body
 from toolshim_core.chat import ChatStreamRewriter
+from toolshim_core.sse import SseFramer
 from toolshim_core.tools import RequestContext
 
 BASH = {"type": "function", "function": {"name": "bash", "parameters": {"type": "object", "properties": {"command": {"type": "string"}}}}}
@@ -31,6 +32,15 @@ def ids(body: bytes) -> list[str]:
     return [m.decode() for m in re.findall(rb"(?m)^id: ?([^\r\n]*)$", body)]
 
 
+def assert_ids_go_forward(sent: list[str], upstream: list[str]) -> None:
+    """Ids of held events may be merged into the newest one, but what the client sees only goes
+    forward, never twice, and ends on upstream's last."""
+    assert set(sent) <= set(upstream)
+    positions = [upstream.index(i) for i in sent]
+    assert positions == sorted(set(positions)), sent
+    assert sent[-1] == upstream[-1]
+
+
 def test_an_event_passing_as_it_came_keeps_its_fields_in_place():
     body = [event("Hello", "id: 1\nretry: 500\n"), event(" world", "id: 2\n"), b"data: [DONE]\n\n"]
     assert run(body) == b"".join(body)
@@ -41,7 +51,7 @@ def test_the_fields_of_held_and_rewritten_events_go_on_the_next_event_sent():
     pieces = ["Let me look. ", call[:5], call[5:30], call[30:], " Done."]
     body = [event(piece, f"id: {n}\n" + ("retry: 3000\n" if n == 2 else "")) for n, piece in enumerate(pieces)]
     out = run([*body, b"id: 5\ndata: [DONE]\n\n"])
-    assert ids(out) == ["0", "1", "2", "3", "4", "5"]  # none lost, none twice, in order
+    assert_ids_go_forward(ids(out), ["0", "1", "2", "3", "4", "5"])
     assert out.count(b"retry: 3000\n") == 1
     blocks = [block for block in out.split(b"\n\n") if block]
     # the held pieces' ids ride on the call's event: the client's last id after it is upstream's
@@ -58,7 +68,17 @@ def test_field_lines_look_alike_in_data_are_not_taken():
 def test_cr_line_ends_and_an_id_without_a_value():
     body = [b"id\rdata: " + event("<tool_call>")[6:-2] + b"\r\r", b"retry: 10\r\n" + event(" plain"), b"data: [DONE]\n\n"]
     out = run(body)
-    assert out.count(b"id\r") == 1 and out.count(b"retry: 10\r\n") == 1
+    # carried field lines end in `\n`: one ending in a lone `\r` put before an LF blank line
+    # would have made a CRLF of it, and the event would not have ended
+    assert out.count(b"id\n") == 1 and out.count(b"retry: 10\n") == 1
+    assert len(SseFramer().feed(out)) == 2
+
+
+def test_an_id_line_ended_by_a_cr_in_an_event_ended_by_lf_is_carried():
+    """One `\n` at the end does not make a one-line event: a CR alone ended the `id` line
+    before it (found by fuzzing: the last id was lost)."""
+    body = [event("<tool_call>", "id: 1\r"), event(" plain"), b"data: [DONE]\n\n"]
+    assert ids(run(body)) == ["1"]
 
 
 def test_argument_pieces_keep_whatever_else_their_choice_and_delta_carry():
@@ -111,7 +131,7 @@ def test_responses_events_held_then_sent_as_they_came_keep_their_own_ids_once():
     shim = ResponsesStreamRewriter(RequestContext.from_request({"model": "m", "tools": tools}))
     out = b"".join([piece for raw in body for piece in shim.feed(raw)] + shim.close())
     assert b'"type":"function_call"' in out
-    assert [int(n) for n in ids(out)] == list(range(len(body)))
+    assert_ids_go_forward(ids(out), [str(n) for n in range(len(body))])
 
 
 def test_an_event_passing_as_it_came_after_a_rewritten_one_ends_with_its_own_id():
@@ -145,6 +165,49 @@ def test_fields_newer_than_an_event_sent_last_as_it_came_go_after_its_own():
                 return []
             return [self.held]
 
+        def _may_send_later(self, raw: bytes) -> bool:
+            return raw is self.held
+
     shim = HoldsOne()
-    out = shim.feed(b"id: 1\ndata: a\n\n") + shim.feed(b"id: 2\r\ndata: b\r\n\r\n")
-    assert out == [b"id: 1\ndata: a\nid: 2\r\n\n"]
+    out = shim.feed(b"id: 1\ndata: a\n\n") + shim.feed(b"id: 2\rdata: b\r\r") + shim.close()
+    assert out == [b"id: 1\ndata: a\nid: 2\n\n"]  # its line end made `\n`: the blank line stays one
+
+
+def test_a_held_event_sent_after_newer_fields_went_out_goes_without_its_own():
+    """Held, its fields went out on another event with newer ones; sent as it came later, its
+    own `id:` would take the client back: it goes without it."""
+    from toolshim_core.stream import SseRewriter
+
+    class HoldsFirst(SseRewriter):
+        """Holds the first event, rewrites the second, sends the first as it came with the third."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.held: bytes | None = None
+
+        def _on_block(self, raw: bytes) -> list[bytes]:
+            if self.held is None:
+                self.held = raw
+                return []
+            if raw.endswith(b"b\n\n"):
+                return [b"data: rewritten\n\n"]
+            return [self.held, raw]
+
+        def _may_send_later(self, raw: bytes) -> bool:
+            return raw is self.held
+
+    shim = HoldsFirst()
+    out = b"".join(shim.feed(b"id: 1\ndata: a\n\nid: 2\ndata: b\n\nid: 3\ndata: c\n\n") + shim.close())
+    assert out == b"id: 2\ndata: rewritten\n\ndata: a\n\nid: 3\ndata: c\n\n"
+
+
+def test_a_long_hold_keeps_one_entry_of_fields():
+    """A block that never closes is held event after event: the fields waiting are merged as
+    they come (the last id and retry are all the client keeps), so the state does not grow."""
+    shim = rewriter()
+    shim.feed(event('<tool_call>{"name": "', "id: 0\n"))  # a name not closed: held
+    for n in range(1, 2000):
+        assert shim.feed(event("x", f"id: {n}\nretry: {n}\n")) == []
+        assert len(shim._waiting) == 1
+    out = b"".join(shim.close())
+    assert ids(out) == ["1999"] and out.count(b"retry: ") == 1 and b'\\"' + b"x" * 1999 + b'"}' in out

@@ -48,6 +48,8 @@ PART_TYPE = {MESSAGE: "output_text", REASONING: "reasoning_text"}
 # vLLM announces the parts of reasoning items with events of its own name (vllm#35184).
 PART_ADDED = ("response.content_part.added", "response.reasoning_part.added")
 PART_DONE = ("response.content_part.done", "response.reasoning_part.done")
+# Events held until their item's first text and then sent as they came (`_announce`).
+_SENT_LATER = ("response.output_item.added", *PART_ADDED)
 
 
 def default_part(kind: str) -> dict[str, Any]:
@@ -744,8 +746,10 @@ class ResponsesStreamRewriter(SseRewriter):
         super().__init__()
         self._core = ResponsesRewriter(context, self.stats, max_held=max_held, required_action=required_action)
         self._named: bool | None = None  # does upstream send `event:` lines? then so do we
+        self._last_type: str | None = None  # of the event being read
 
     def _on_block(self, raw: bytes) -> list[bytes]:
+        self._last_type = None
         block = parse_block(raw)
         if block.data is None or block.malformed:
             return [raw]
@@ -757,12 +761,17 @@ class ResponsesStreamRewriter(SseRewriter):
             return [raw]
         if self._named is None:
             self._named = block.event is not None
+        self._last_type = event["type"]
         if not markup_may_start(raw) and self._core.passes_plain_delta(event):
             return [raw]  # fast path: plain text, sent as it came
         return [self._encode(o) for o in self._core.on_event(event, raw, block.event)]
 
     def _at_end(self) -> list[bytes]:
         return [self._encode(o) for o in self._core.finish()]
+
+    def _may_send_later(self, raw: bytes) -> bool:
+        # An item's and a part's `added` are held until their first text, then sent as they came.
+        return self._last_type in _SENT_LATER
 
     def _encode(self, outgoing: Outgoing) -> bytes:
         if outgoing.raw is not None:

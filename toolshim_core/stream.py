@@ -10,11 +10,12 @@ from __future__ import annotations
 import re
 
 from .calls import RewriteStats
-from .sse import SseFramer
+from .sse import SseFramer, is_one_data_line
 
 # `id:` and `retry:` lines of an event (an `id` line may have no colon). They are state of the
 # client's EventSource (the last event id, the reconnection delay), not part of the data.
 _CARRIED_FIELD = re.compile(rb"(?:^|(?<=[\r\n]))(?:id|retry)(?:[:][^\r\n]*)?(?:\r\n|\r|\n)", re.MULTILINE)
+_LINE_END = re.compile(rb"\r\n?")
 # Mistral's bracket markers, or a text that ends in what may begin one (`… [TOO"`). The JSON's
 # own brackets (`"choices":[{`, `"logprobs":[]`) never match.
 _BRACKET_MARKUP = re.compile(rb'\[(?:TOOL_CALLS\]|/?THINK\]|ARGS\]|CALL_ID\]|/?[A-Z_]*")')
@@ -30,6 +31,18 @@ def markup_may_start(raw: bytes) -> bool:
     return _BRACKET_MARKUP.search(raw) is not None
 
 
+def _latest_fields(fields: bytes) -> bytes:
+    """Of `\\n`-ended field lines, the last `retry` and the last `id` (an EventSource keeps
+    only those)."""
+    last_id = last_retry = b""
+    for line in fields.splitlines(keepends=True):
+        if line.startswith(b"id"):
+            last_id = line
+        else:
+            last_retry = line
+    return last_retry + last_id
+
+
 class SseRewriter:
     """An SSE body in (any byte pieces), the repaired SSE body out."""
 
@@ -38,9 +51,12 @@ class SseRewriter:
         self.stats = RewriteStats()
         self.failure: Exception | None = None
         self._echo = EchoCheck()
-        # `id:`/`retry:` lines of events rewritten or held, not sent yet: (the event's number in
-        # the stream, the event's raw bytes, its field lines).
-        self._carried: list[tuple[int, bytes, bytes]] = []
+        # `id:`/`retry:` lines of events rewritten or held, not sent yet: (the number of the
+        # event in the stream, its field lines), oldest first.
+        self._waiting: list[tuple[int, bytes]] = []
+        # Held events the subclass may still send as they came, by identity: (raw, number).
+        self._withheld: dict[int, tuple[bytes, int]] = {}
+        self._sent_upto = 0  # the newest event whose fields went out while anything was waiting or held
         self._taken = 0  # events read so far: the number of the one being read
         # Set by a subclass while its state lets whole reads pass when `_nothing_to_read`.
         self._passes_whole_reads = False
@@ -52,7 +68,7 @@ class SseRewriter:
 
     def feed(self, data: bytes) -> list[bytes]:
         # (Not while fields are carried: the next event sent takes them.)
-        if self._passes_whole_reads and self._echo.idle and not self._carried:
+        if self._passes_whole_reads and self._echo.idle and not self._waiting and not self._withheld:
             # The fast path: the whole events of this read pass unframed when nothing in them
             # needs a look; an unfinished last event waits in the framer, as ever.
             end = data.rfind(b"\n\n") + 2  # a blank line ends an event (a CRLF stream has none)
@@ -94,8 +110,9 @@ class SseRewriter:
                 out += released
         # Fields still carried with nothing after them to go on are dropped: an event of an
         # `id:` alone would reach the OpenAI SDK as an event with empty data, which it cannot read.
-        self._attach_carried(out, None)
-        self._carried = []
+        self._place_fields(out, None)
+        self._waiting = []
+        self._withheld.clear()
         tail = self._framer.take_pending()
         self._echo.gave(out)
         self._echo.end()
@@ -114,45 +131,72 @@ class SseRewriter:
             out = self._on_block(raw)
         except Exception as exc:  # a bug of ours must not cost the client an event
             self.failure = exc
-            return self._attach_carried([raw], raw)
-        if out != [raw]:
-            # Nearly every event is one line (`data: …`), which leaves no other field.
-            if raw.find(b"\n") != len(raw) - 2 and not any(piece is raw for piece in out):
-                fields = b"".join(_CARRIED_FIELD.findall(raw))
-                if fields:
-                    self._carried.append((self._taken, raw, fields))
-        return self._attach_carried(out, raw) if self._carried else out
+            self._withheld.clear()  # nothing held is sent from now on
+            return self._place_fields([raw], raw)
+        if out != [raw] and not is_one_data_line(raw) and not any(piece is raw for piece in out):
+            fields = _CARRIED_FIELD.findall(raw)
+            if fields:
+                self._wait(_LINE_END.sub(b"\n", b"".join(fields)))
+                if self._may_send_later(raw):
+                    self._withheld[id(raw)] = (raw, self._taken)
+        return self._place_fields(out, raw) if self._waiting or self._withheld else out
 
-    def _attach_carried(self, out: list[bytes], raw: bytes | None) -> list[bytes]:
+    def _wait(self, fields: bytes) -> None:
+        """The fields of the event just read wait for an event to go on. Entries no held event
+        stands between are merged, keeping the last `id` and the last `retry` (all the client
+        keeps of them): a long hold costs one entry, not one per event."""
+        if self._waiting and all(number < self._waiting[-1][0] for _, number in self._withheld.values()):
+            fields = _latest_fields(self._waiting.pop()[1] + fields)
+        self._waiting.append((self._taken, fields))
+
+    def _place_fields(self, out: list[bytes], raw: bytes | None) -> list[bytes]:
         """An event rewritten or held loses its raw lines: its `id:` and `retry:` go on the
         events sent in its place, or on the next ones sent, so that the client's last event id
-        and retry delay end up where upstream's would, never going back.
+        and retry delay end up where upstream's would: never going back, none twice.
 
-        `raw` is the event just read (None at the end). The last of a piece's fields wins, so
-        fields older than an event sent as it came go before its own; the newest go on the last
-        piece sent. A held event sent as it came later still carries its own fields."""
-        if not self._carried or not out:
+        `raw` is the event just read (None at the end). The last of an event's fields wins, so
+        waiting fields older than an event sent as it came go before its own, and the newest go
+        on the last piece. A held event sent as it came later keeps its own fields, unless they
+        or newer ones went out meanwhile: then it goes without them."""
+        if not out:
             return out
-        number_of = {id(src): number for number, src, _ in self._carried}
-        if raw is not None:
-            number_of[id(raw)] = self._taken
-        waiting = [(number, fields) for number, src, fields in self._carried if not any(piece is src for piece in out)]
-        self._carried = []
-        numbers = [number_of.get(id(piece)) for piece in out]
-        for position, number in enumerate(numbers):
-            older = [fields for n, fields in waiting if number is not None and n < number]
+        last_keeps_own = False  # does the last piece end with its own fields (an event as it came)?
+        for position, piece in enumerate(out):
+            last_keeps_own = False
+            if piece is raw:
+                number = self._taken
+                if self._withheld and not is_one_data_line(raw) and _CARRIED_FIELD.search(raw):
+                    self._sent_upto = number  # fields newer than anything held
+            elif (withheld := self._withheld.pop(id(piece), None)) is not None:  # (kept alive: ids are unique)
+                number = withheld[1]
+                if number <= self._sent_upto:  # its own fields would repeat or take the client back
+                    out[position] = _CARRIED_FIELD.sub(b"", piece)
+                    continue
+                self._waiting = [entry for entry in self._waiting if entry[0] != number]  # it carries them
+                self._sent_upto = number
+            else:
+                continue
+            last_keeps_own = True
+            older = [fields for n, fields in self._waiting if n < number]
             if older:
-                out[position] = b"".join(older) + out[position]
-                waiting = [(n, fields) for n, fields in waiting if n > number]
-        if waiting:
-            fields = b"".join(fields for _, fields in waiting)
+                out[position] = b"".join(older) + piece
+                self._waiting = [entry for entry in self._waiting if entry[0] > number]
+        if self._waiting:
+            fields = _latest_fields(b"".join(fields for _, fields in self._waiting))
+            self._sent_upto = max(self._sent_upto, self._waiting[-1][0])
+            self._waiting = []
             last = out[-1]
-            if numbers[-1] is not None:  # an event as it came, older than the fields: they go after its own
-                cut = len(last) - (2 if last.endswith(b"\r\n") else 1)  # before the blank line
+            if last_keeps_own:  # older than the fields: they go after its own, before the blank line
+                cut = len(last) - (2 if last.endswith(b"\r\n") else 1)
                 out[-1] = last[:cut] + fields + last[cut:]
             else:
                 out[-1] = fields + last
         return out
+
+    def _may_send_later(self, raw: bytes) -> bool:
+        """Might the event just read, not sent now, still be sent as it came (a subclass that
+        holds raw events to send them later says so)? Then its fields stay in it."""
+        return False
 
     def _nothing_to_read(self, data: bytes) -> bool:
         """With `_passes_whole_reads` set: may these whole events go out as they came?"""
