@@ -648,6 +648,11 @@ def same_however_cut(make, body: bytes, pieces: list[bytes], by_byte_up_to: int)
     return whole
 
 
+# An id line's own line end: fields carried onto another event keep none of them (a lone `\r`
+# put before an LF blank line would make a CRLF of it, and the event would not end).
+ID_EOLS = (b"\n", b"\r", b"\r\n")
+
+
 def check_event_ids(case, body: bytes) -> None:
     """Upstream numbered its events with `id:` lines: whatever was rewritten or held, the client
     sees each id at most once, never going back, and ends on upstream's last (the SSE client's
@@ -753,7 +758,7 @@ def chat_case(draw):
     events = [e + draw(st.sampled_from(EOLS)) for e in events]
     numbered = draw(st.booleans())  # an `id:` line on every event: where do they end up?
     if numbered:
-        events = [b"id: %d\n" % n + e for n, e in enumerate(events)]
+        events = [b"id: %d" % n + draw(st.sampled_from(ID_EOLS)) + e for n, e in enumerate(events)]
     if broken:
         for _ in range(draw(st.integers(1, 4))):
             odd = draw(st.sampled_from(OPAQUE_EVENTS)) if draw(st.booleans()) else (
@@ -900,7 +905,7 @@ def responses_case(draw):
         raw_events.append(head + b"data: " + payload + draw(st.sampled_from(EOLS)))
     numbered = draw(st.booleans())
     if numbered:
-        raw_events = [b"id: %d\n" % n + raw for n, raw in enumerate(raw_events)]
+        raw_events = [b"id: %d" % n + draw(st.sampled_from(ID_EOLS)) + raw for n, raw in enumerate(raw_events)]
     if broken and draw(st.booleans()):
         raw_events.insert(draw(st.integers(0, len(raw_events))), draw(st.sampled_from(OPAQUE_EVENTS)))
     body = b"".join(raw_events)
