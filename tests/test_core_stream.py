@@ -9,6 +9,7 @@ import re
 from harness import sse_body
 from toolshim_core.chat import ChatStreamRewriter
 from toolshim_core.sse import SseFramer
+from toolshim_core.stream import SseRewriter
 from toolshim_core.tools import RequestContext
 
 BASH = {"type": "function", "function": {"name": "bash", "parameters": {"type": "object", "properties": {"command": {"type": "string"}}}}}
@@ -147,28 +148,31 @@ def test_an_event_passing_as_it_came_after_a_rewritten_one_ends_with_its_own_id(
         )
 
 
+class HoldsFirst(SseRewriter):
+    """Holds the first event and sends it as it came with the event `release` names, dropping
+    that one; an event `rewrite` names is replaced by `data: rewritten`."""
+
+    def __init__(self, release: bytes, rewrite: bytes = b"-") -> None:
+        super().__init__()
+        self.held: bytes | None = None
+        self.release, self.rewrite = release, rewrite
+
+    def _on_block(self, raw: bytes) -> list[bytes]:
+        if self.held is None:
+            self.held = raw
+            return []
+        if self.rewrite in raw:
+            return [b"data: rewritten\n\n"]
+        return [self.held] if self.release in raw else [self.held, raw]
+
+    def _may_send_later(self, raw: bytes) -> bool:
+        return raw is self.held
+
+
 def test_fields_newer_than_an_event_sent_last_as_it_came_go_after_its_own():
     """An event held and then sent as it came, last of what an event released: the fields of the
     events read after it go after its own id, inside it."""
-    from toolshim_core.stream import SseRewriter
-
-    class HoldsOne(SseRewriter):
-        """Holds the first event; the second one is dropped and releases the first as it came."""
-
-        def __init__(self) -> None:
-            super().__init__()
-            self.held: bytes | None = None
-
-        def _on_block(self, raw: bytes) -> list[bytes]:
-            if self.held is None:
-                self.held = raw
-                return []
-            return [self.held]
-
-        def _may_send_later(self, raw: bytes) -> bool:
-            return raw is self.held
-
-    shim = HoldsOne()
+    shim = HoldsFirst(release=b"data: b")
     out = shim.feed(b"id: 1\ndata: a\n\n") + shim.feed(b"id: 2\rdata: b\r\r") + shim.close()
     assert out == [b"id: 1\ndata: a\nid: 2\n\n"]  # its line end made `\n`: the blank line stays one
 
@@ -176,27 +180,7 @@ def test_fields_newer_than_an_event_sent_last_as_it_came_go_after_its_own():
 def test_a_held_event_sent_after_newer_fields_went_out_goes_without_its_own():
     """Held, its fields went out on another event with newer ones; sent as it came later, its
     own `id:` would take the client back: it goes without it."""
-    from toolshim_core.stream import SseRewriter
-
-    class HoldsFirst(SseRewriter):
-        """Holds the first event, rewrites the second, sends the first as it came with the third."""
-
-        def __init__(self) -> None:
-            super().__init__()
-            self.held: bytes | None = None
-
-        def _on_block(self, raw: bytes) -> list[bytes]:
-            if self.held is None:
-                self.held = raw
-                return []
-            if raw.endswith(b"b\n\n"):
-                return [b"data: rewritten\n\n"]
-            return [self.held, raw]
-
-        def _may_send_later(self, raw: bytes) -> bool:
-            return raw is self.held
-
-    shim = HoldsFirst()
+    shim = HoldsFirst(release=b"-", rewrite=b"data: b")
     out = b"".join(shim.feed(b"id: 1\ndata: a\n\nid: 2\ndata: b\n\nid: 3\ndata: c\n\n") + shim.close())
     assert out == b"id: 2\ndata: rewritten\n\ndata: a\n\nid: 3\ndata: c\n\n"
 
