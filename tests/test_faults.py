@@ -498,6 +498,30 @@ def test_comment_and_keep_alive_lines_fields_and_multi_line_data(upstream, shim,
     log.assert_no_addon_errors()
 
 
+def test_responses_ids_go_forward_through_held_and_rewritten_events(upstream, shim, log, unique_model):
+    """Responses API with an `id:` line on every event, their line ends mixed: the item and part
+    announcements are held until the first text, a `<tool_call>` block is held and rewritten
+    into a call. The client's ids only go forward, none twice, ending on upstream's last, and
+    the SDK builds the call."""
+    block = hermes("Paris")
+    stream = responses_events(unique_model, ["Let me check. ", block[:9], block[9:30], block[30:], " Done."], tools=RESPONSES_TOOLS)
+    raws = [raw.partition(b"\n")[2] for raw in events(responses_sse(stream))]  # no `event:` lines: one line each
+    line_ends = ["\r", "\n", "\r\n"]  # the last one CR: its event (response.completed) is rewritten
+    blocks = [f"id: {n}{line_ends[(n - len(raws) + 1) % 3]}".encode() + raw for n, raw in enumerate(raws)]
+    upstream.add(unique_model, chunks=blocks, delay=0.001)
+
+    received = post(shim, unique_model, "responses").content
+    check_responses_stream(received)
+    ids = [int(n) for n in re.findall(rb"(?:^|(?<=[\r\n]))id: (\d+)(?=[\r\n])", received)]
+    assert ids == sorted(set(ids)) and ids[-1] == len(blocks) - 1
+    with openai.OpenAI(base_url=shim.base_url, api_key="sk-test", max_retries=0, timeout=30) as client:
+        with client.responses.stream(model=unique_model, input="Weather?", tools=RESPONSES_TOOLS) as sdk_stream:
+            final = sdk_stream.get_final_response()
+    assert [(item.name, json.loads(item.arguments)) for item in final.output if item.type == "function_call"] == [("get_weather", {"city": "Paris"})]
+    assert final.output_text == "Let me check.  Done."
+    log.assert_no_addon_errors()
+
+
 # -- bad input ------------------------------------------------------------------------------------
 
 
