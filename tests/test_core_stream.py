@@ -149,15 +149,18 @@ def test_an_event_passing_as_it_came_after_a_rewritten_one_ends_with_its_own_id(
 
 
 class HoldsFirst(SseRewriter):
-    """Holds the first event and sends it as it came with the event `release` names, dropping
-    that one; an event `rewrite` names is replaced by `data: rewritten`."""
+    """Holds the first event not dropped and sends it as it came with the event `release`
+    names, dropping that one; an event `rewrite` names is replaced by `data: rewritten`, one
+    `drop` names is dropped."""
 
-    def __init__(self, release: bytes, rewrite: bytes = b"-") -> None:
+    def __init__(self, release: bytes, rewrite: bytes = b"-", drop: bytes = b"-") -> None:
         super().__init__()
         self.held: bytes | None = None
-        self.release, self.rewrite = release, rewrite
+        self.release, self.rewrite, self.drop = release, rewrite, drop
 
     def _on_block(self, raw: bytes) -> list[bytes]:
+        if self.drop in raw:
+            return []
         if self.held is None:
             self.held = raw
             return []
@@ -183,6 +186,14 @@ def test_a_held_event_sent_after_newer_fields_went_out_goes_without_its_own():
     shim = HoldsFirst(release=b"-", rewrite=b"data: b")
     out = b"".join(shim.feed(b"id: 1\ndata: a\n\nid: 2\ndata: b\n\nid: 3\ndata: c\n\n") + shim.close())
     assert out == b"id: 2\ndata: rewritten\n\ndata: a\n\nid: 3\ndata: c\n\n"
+
+
+def test_fields_waiting_before_a_held_event_are_not_merged_into_its_own():
+    """Sent as it came, a held event carries its own fields, and its entry is let go: the
+    fields of a dropped event before it must not have been merged into that entry."""
+    shim = HoldsFirst(release=b"-", drop=b"data: dropped")
+    out = b"".join(shim.feed(b"retry: 9\ndata: dropped\n\nid: 2\ndata: held\n\nid: 3\ndata: c\n\n") + shim.close())
+    assert out == b"retry: 9\nid: 2\ndata: held\n\nid: 3\ndata: c\n\n"
 
 
 def test_a_long_hold_keeps_one_entry_of_fields():

@@ -67,7 +67,7 @@ class SseRewriter:
         return self._echo.changed
 
     def feed(self, data: bytes) -> list[bytes]:
-        # (Not while fields are carried: the next event sent takes them.)
+        # (Not while fields wait or a held event keeps its own: the next event sent takes them.)
         if self._passes_whole_reads and self._echo.idle and not self._waiting and not self._withheld:
             # The fast path: the whole events of this read pass unframed when nothing in them
             # needs a look; an unfinished last event waits in the framer, as ever.
@@ -136,16 +136,18 @@ class SseRewriter:
         if out != [raw] and not is_one_data_line(raw) and not any(piece is raw for piece in out):
             fields = _CARRIED_FIELD.findall(raw)
             if fields:
-                self._wait(_LINE_END.sub(b"\n", b"".join(fields)))
-                if self._may_send_later(raw):
+                sent_later = self._may_send_later(raw)
+                self._wait(_LINE_END.sub(b"\n", b"".join(fields)), merge=not sent_later)
+                if sent_later:
                     self._withheld[id(raw)] = (raw, self._taken)
         return self._place_fields(out, raw) if self._waiting or self._withheld else out
 
-    def _wait(self, fields: bytes) -> None:
+    def _wait(self, fields: bytes, merge: bool) -> None:
         """The fields of the event just read wait for an event to go on. Entries no held event
         stands between are merged, keeping the last `id` and the last `retry` (all the client
-        keeps of them): a long hold costs one entry, not one per event."""
-        if self._waiting and all(number < self._waiting[-1][0] for _, number in self._withheld.values()):
+        keeps of them): a long hold costs one entry, not one per event. A held event's own entry
+        stays apart: sent as it came, it carries its own fields, and only those are let go."""
+        if merge and self._waiting and all(number < self._waiting[-1][0] for _, number in self._withheld.values()):
             fields = _latest_fields(self._waiting.pop()[1] + fields)
         self._waiting.append((self._taken, fields))
 
@@ -179,7 +181,7 @@ class SseRewriter:
             last_keeps_own = True
             older = [fields for n, fields in self._waiting if n < number]
             if older:
-                out[position] = b"".join(older) + piece
+                out[position] = _latest_fields(b"".join(older)) + piece
                 self._waiting = [entry for entry in self._waiting if entry[0] > number]
         if self._waiting:
             fields = _latest_fields(b"".join(fields for _, fields in self._waiting))
