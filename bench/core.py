@@ -40,9 +40,9 @@ from streams import (  # noqa: E402
 )
 from table import Row  # noqa: E402
 
-from toolshim_core.chat import ChatStreamRewriter  # noqa: E402
-from toolshim_core.responses import ResponsesStreamRewriter  # noqa: E402
-from toolshim_core.tools import RequestContext  # noqa: E402
+from toolshim.chat import ChatStreamRewriter  # noqa: E402
+from toolshim.responses import ResponsesStreamRewriter  # noqa: E402
+from toolshim.tools import RequestContext  # noqa: E402
 
 
 def best_time(run: Callable[[], object], rounds: int) -> float:

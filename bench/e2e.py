@@ -724,7 +724,7 @@ def stream_state(kind: Kind, pieces: list[str], streams: int, keep_upstream: boo
     allocation sites of that state; and the characters held back (released at the end)."""
     from mitmproxy.test import taddons, tflow, tutils
 
-    from toolshim_core.addon import ToolShim
+    from toolshim.addon import ToolShim
 
     events = chat_stream(kind.model, pieces, kind.fields)[:-3]  # no finish, usage, [DONE]: mid-stream
     shim = ToolShim()
@@ -765,7 +765,7 @@ def stream_state(kind: Kind, pieces: list[str], streams: int, keep_upstream: boo
                 response.stream.release()  # the body copies go (the addon does this once a flow is done)
             gc.collect()
             state = tracemalloc.get_traced_memory()[0] - base
-            top = tracemalloc.take_snapshot().filter_traces([tracemalloc.Filter(True, "*toolshim_core*")]).statistics("lineno")[:2]
+            top = tracemalloc.take_snapshot().filter_traces([tracemalloc.Filter(True, "*toolshim*")]).statistics("lineno")[:2]
         finally:
             tracemalloc.stop()
         out = b"".join(made[0][1].stream.rewriter.close())  # what the rewriter still held
@@ -781,7 +781,7 @@ def stream_state(kind: Kind, pieces: list[str], streams: int, keep_upstream: boo
 
 
 def _short(filename: str) -> str:
-    return filename[filename.rfind("toolshim_core") :]
+    return filename[filename.rfind("toolshim") :]
 
 
 def memory_rows(quick: bool) -> list[Row]:

@@ -1,6 +1,6 @@
 """A mitmproxy script for the security tests (`mitmdump -s addon/toolshim.py -s tests/log_capture.py`).
 
-It writes every record of the `toolshim_core` loggers (the addon's own log) to the file named by
+It writes every record of the `toolshim` loggers (the addon's own log) to the file named by
 `TOOLSHIM_LOG_CAPTURE`, one JSON object a line: the logger, the level, the message as formatted,
 and the traceback when one was logged, so a test reads exactly what the addon wrote, apart from
 what mitmproxy itself prints.
@@ -28,7 +28,7 @@ class _Capture(logging.Handler):
 
 _path = os.environ.get("TOOLSHIM_LOG_CAPTURE")
 if _path:
-    _logger = logging.getLogger("toolshim_core")
+    _logger = logging.getLogger("toolshim")
     if not any(isinstance(h, _Capture) for h in _logger.handlers):
         _logger.addHandler(_Capture(_path))
         _logger.setLevel(logging.DEBUG)

@@ -12,8 +12,8 @@ from mitmproxy.test import taddons, tflow, tutils
 
 from harness import Mitmdump, read_flows, sse_body
 from kimi import SEED_000, kimi_chunks
-from toolshim_core import chat
-from toolshim_core.addon import ToolShim
+from toolshim import chat
+from toolshim.addon import ToolShim
 from wire import check_chat_stream
 
 BODY = sse_body(kimi_chunks("k2", SEED_000))

@@ -22,8 +22,8 @@ from mitmproxy import contentviews
 from mitmproxy.test import tflow, tutils
 
 from harness import ADDON_SCRIPT, PROJECT_ROOT, read_flows, sse_body
-from toolshim_core import contentview, llm_view
-from toolshim_core.apis import METADATA_KEY
+from toolshim import contentview, llm_view
+from toolshim.apis import METADATA_KEY
 
 FLOWS = PROJECT_ROOT / "flows"
 KIMI_SSE = b'data: {"choices": [{"index": 0, "delta": {"content": "Hi <|tool_call_begin|>"}}]}\n\ndata: [DONE]\n\n'

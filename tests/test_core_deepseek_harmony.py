@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from toolshim_core.calls import CallScope, RewriteStats
-from toolshim_core.lexers import harmony as harmony_module
-from toolshim_core.lexers.base import CallArgs, CallBegin, CallEnd, ReasoningEnd, ReasoningText, Text
-from toolshim_core.lexers.deepseek import DeepSeekLexer
-from toolshim_core.lexers.harmony import HarmonyLexer
-from toolshim_core.tools import RequestContext, ToolSpec
+from toolshim.calls import CallScope, RewriteStats
+from toolshim.lexers import harmony as harmony_module
+from toolshim.lexers.base import CallArgs, CallBegin, CallEnd, ReasoningEnd, ReasoningText, Text
+from toolshim.lexers.deepseek import DeepSeekLexer
+from toolshim.lexers.harmony import HarmonyLexer
+from toolshim.tools import RequestContext, ToolSpec
 
 OBJECT = {"type": "object"}
 WEATHER = {"type": "object", "properties": {"city": {"type": "string"}, "unit": {"type": "string"}}, "required": ["city"]}

@@ -8,11 +8,11 @@ import pytest
 
 from harness import sse_body, split_bytes
 from kimi import ARG_BEGIN, CALL_BEGIN, CALL_END, SECTION_BEGIN, SECTION_END, SEED_000, chunk, kimi_chunks
-from toolshim_core.chat import ChatStreamRewriter, rewrite_chat_completion
-from toolshim_core.lexers.base import CallArgs, CallBegin, CallEnd, Text
-from toolshim_core.calls import CallScope, RewriteStats
-from toolshim_core.lexers.kimi import KimiCallNamer, KimiLexer
-from toolshim_core.tools import RequestContext
+from toolshim.chat import ChatStreamRewriter, rewrite_chat_completion
+from toolshim.lexers.base import CallArgs, CallBegin, CallEnd, Text
+from toolshim.calls import CallScope, RewriteStats
+from toolshim.lexers.kimi import KimiCallNamer, KimiLexer
+from toolshim.tools import RequestContext
 from wire import check_chat_stream
 
 TOOLS = [
@@ -109,7 +109,7 @@ def test_angle_brackets_inside_arguments_are_arguments():
 
 
 def test_stray_think_end_after_a_section_ends_reasoning():
-    from toolshim_core.lexers.base import ReasoningEnd
+    from toolshim.lexers.base import ReasoningEnd
 
     text = f"plan {SECTION_BEGIN}{CALL_BEGIN}functions.bash:0{ARG_BEGIN}{{}}{CALL_END}{SECTION_END}</think> The answer"
     assert lex(text, reasoning=True) == [Text("plan")] + call("functions.bash:0", "bash", "{}") + [ReasoningEnd(), Text("The answer")]

@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from toolshim_core.calls import (
+from toolshim.calls import (
     INVALID_JSON,
     NOT_ALLOWED,
     REPAIRED_JSON,
@@ -18,11 +18,11 @@ from toolshim_core.calls import (
     CallScope,
     RewriteStats,
 )
-from toolshim_core.lexers.base import CallArgs, CallBegin, CallEnd, Text
-from toolshim_core.lexers.llama import LlamaLexer
-from toolshim_core.lexers.mistral import MistralLexer
-from toolshim_core.lexers.units import call_entries
-from toolshim_core.tools import RequestContext, ToolSpec
+from toolshim.lexers.base import CallArgs, CallBegin, CallEnd, Text
+from toolshim.lexers.llama import LlamaLexer
+from toolshim.lexers.mistral import MistralLexer
+from toolshim.lexers.units import call_entries
+from toolshim.tools import RequestContext, ToolSpec
 
 WEATHER = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
 NAMES = ["add", "multiply", "special_function", "searchTool", "getOpenIncidentsTool", "get_weather", "toolName"]

@@ -1,4 +1,4 @@
-"""Upstream's own tool-call deltas, normalised (toolshim_core/native.py): one test per broken
+"""Upstream's own tool-call deltas, normalised (addon/toolshim/native.py): one test per broken
 shape real servers send, the well-formed stream untouched, then a property over random splits
 and breakages. Every normalised stream is checked against the clients' wire rules."""
 
@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from harness import chat_chunk, sse_body
-from toolshim_core.native import (
+from toolshim.native import (
     DOUBLE_ENCODED,
     MERGED,
     MISSING_INDEX,

@@ -10,9 +10,9 @@ import pytest
 from harness import sse_body, split_bytes
 from kimi import ARG_BEGIN, CALL_BEGIN, CALL_END, SECTION_BEGIN, SECTION_END
 from responses import response_json, responses_events, responses_sse
-from toolshim_core.chat import ChatStreamRewriter, rewrite_chat_completion
-from toolshim_core.responses import ResponsesStreamRewriter, rewrite_response_body
-from toolshim_core.tools import RequestContext
+from toolshim.chat import ChatStreamRewriter, rewrite_chat_completion
+from toolshim.responses import ResponsesStreamRewriter, rewrite_response_body
+from toolshim.tools import RequestContext
 from wire import check_chat_stream, check_responses_stream
 
 WEATHER = {

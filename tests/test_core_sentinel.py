@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from toolshim_core.calls import (
+from toolshim.calls import (
     INVALID_JSON,
     INVALID_SCHEMA,
     NOT_ALLOWED,
@@ -18,9 +18,9 @@ from toolshim_core.calls import (
     CallScope,
     RewriteStats,
 )
-from toolshim_core.lexers.base import CallArgs, CallBegin, CallEnd, Text
-from toolshim_core.lexers.sentinel import SentinelLexer, ToolCallJudge
-from toolshim_core.tools import RequestContext, ToolSpec
+from toolshim.lexers.base import CallArgs, CallBegin, CallEnd, Text
+from toolshim.lexers.sentinel import SentinelLexer, ToolCallJudge
+from toolshim.tools import RequestContext, ToolSpec
 
 WEATHER = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
 TOOLS = {

@@ -1,4 +1,4 @@
-"""The SSE plumbing every streamed rewrite shares (toolshim_core/stream.py): what happens to an
+"""The SSE plumbing every streamed rewrite shares (addon/toolshim/stream.py): what happens to an
 event's `id:` and `retry:` lines when the event itself is rewritten or held."""
 
 from __future__ import annotations
@@ -7,10 +7,10 @@ import json
 import re
 
 from harness import sse_body
-from toolshim_core.chat import ChatStreamRewriter
-from toolshim_core.sse import SseFramer
-from toolshim_core.stream import SseRewriter
-from toolshim_core.tools import RequestContext
+from toolshim.chat import ChatStreamRewriter
+from toolshim.sse import SseFramer
+from toolshim.stream import SseRewriter
+from toolshim.tools import RequestContext
 
 BASH = {"type": "function", "function": {"name": "bash", "parameters": {"type": "object", "properties": {"command": {"type": "string"}}}}}
 
@@ -88,7 +88,7 @@ def test_argument_pieces_keep_whatever_else_their_choice_and_delta_carry():
     general one, and nothing of it is lost."""
     from kimi import chunk, kimi_chunks
 
-    from toolshim_core.chat import ChatStreamRewriter
+    from toolshim.chat import ChatStreamRewriter
 
     pieces = ["<|tool_calls_section_begin|>", "<|tool_call_begin|>", "functions.bash:0", "<|tool_call_argument_begin|>",
               '{"comm', 'and":', ' "ls"}', "<|tool_call_end|>", "<|tool_calls_section_end|>"]  # fmt: skip
@@ -119,7 +119,7 @@ def test_responses_events_held_then_sent_as_they_came_keep_their_own_ids_once():
     first text is known, then sends their raw bytes: the ids they carry are not sent twice."""
     from responses import responses_events, responses_sse
 
-    from toolshim_core.responses import ResponsesStreamRewriter
+    from toolshim.responses import ResponsesStreamRewriter
 
     tools = [{"type": "function", "name": "bash", "parameters": {"type": "object"}}]
     body = with_ids(responses_sse(responses_events("m", ["Hello", " world"], tools=tools)))

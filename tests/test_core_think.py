@@ -10,11 +10,11 @@ import pytest
 from harness import sse_body
 from kimi import ARG_BEGIN, CALL_BEGIN, CALL_END, SECTION_BEGIN, SECTION_END
 from responses import response_json, responses_events, responses_sse
-from toolshim_core.chat import ChatStreamRewriter, rewrite_chat_completion
-from toolshim_core.lexers.base import ReasoningText, Text
-from toolshim_core.lexers.think import ThinkLexer
-from toolshim_core.responses import ResponsesStreamRewriter, rewrite_response_body
-from toolshim_core.tools import RequestContext
+from toolshim.chat import ChatStreamRewriter, rewrite_chat_completion
+from toolshim.lexers.base import ReasoningText, Text
+from toolshim.lexers.think import ThinkLexer
+from toolshim.responses import ResponsesStreamRewriter, rewrite_response_body
+from toolshim.tools import RequestContext
 from wire import check_chat_stream, check_responses_stream
 
 TOOLS = [{"type": "function", "function": {"name": "get_time", "parameters": {"type": "object"}}}]

@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from toolshim_core.calls import (
+from toolshim.calls import (
     NOT_ALLOWED,
     SCHEMA_MISMATCH,
     STRICT_FAILURE,
@@ -16,10 +16,10 @@ from toolshim_core.calls import (
     CallScope,
     RewriteStats,
 )
-from toolshim_core.lexers.base import CallArgs, CallBegin, CallEnd, ChainLexer, Text
-from toolshim_core.lexers.sentinel import SentinelLexer
-from toolshim_core.lexers.xml_calls import GlmLexer, MiniMaxLexer, QwenXmlLexer, coerce_value
-from toolshim_core.tools import RequestContext, ToolSpec
+from toolshim.lexers.base import CallArgs, CallBegin, CallEnd, ChainLexer, Text
+from toolshim.lexers.sentinel import SentinelLexer
+from toolshim.lexers.xml_calls import GlmLexer, MiniMaxLexer, QwenXmlLexer, coerce_value
+from toolshim.tools import RequestContext, ToolSpec
 
 STRINGS = lambda *names: {"type": "object", "properties": {n: {"type": "string"} for n in names}}  # noqa: E731
 AREA = {

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import PROJECT_ROOT
-from toolshim_core.demo import DEFAULT_FLOWS
+from toolshim.demo import DEFAULT_FLOWS
 
 DEMO_SCRIPT = Path(sys.executable).parent / "toolshim-demo"
 DEAD_ADDRESS = "http://127.0.0.1:9"

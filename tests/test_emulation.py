@@ -10,10 +10,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from toolshim_core.calls import CallScope, RewriteStats
-from toolshim_core.emulation import emulate_request, neutralise, output_line
-from toolshim_core.lexers import ScopeLexers
-from toolshim_core.lexers.base import CallBegin
+from toolshim.calls import CallScope, RewriteStats
+from toolshim.emulation import emulate_request, neutralise, output_line
+from toolshim.lexers import ScopeLexers
+from toolshim.lexers.base import CallBegin
 
 GOLDEN = Path(__file__).parent / "golden"
 TOOLS = [

@@ -563,9 +563,9 @@ def test_a_10_mb_single_event_passes_whole_in_bounded_memory(upstream, shim, log
 def test_a_long_event_in_many_reads_is_framed_in_linear_work(monkeypatch):
     """The 10 MB case, counted instead of timed: with the fast path on (plain content seen), an
     event arriving in many reads is scanned once, not once per read."""
-    from toolshim_core import sse
-    from toolshim_core.chat import ChatStreamRewriter
-    from toolshim_core.tools import RequestContext
+    from toolshim import sse
+    from toolshim.chat import ChatStreamRewriter
+    from toolshim.tools import RequestContext
 
     scanned = 0
     cut = sse.SseFramer._cut

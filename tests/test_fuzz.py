@@ -19,11 +19,11 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from toolshim_core.calls import CallScope, RewriteStats
-from toolshim_core.lexers import DIALECT_NAMES, ScopeLexers, dialects_for
-from toolshim_core.lexers.base import CallArgs, CallBegin, CallEnd, ReasoningEnd, ReasoningText, Text
-from toolshim_core.sse import SseFramer, parse_block
-from toolshim_core.tools import RequestContext, ToolSpec
+from toolshim.calls import CallScope, RewriteStats
+from toolshim.lexers import DIALECT_NAMES, ScopeLexers, dialects_for
+from toolshim.lexers.base import CallArgs, CallBegin, CallEnd, ReasoningEnd, ReasoningText, Text
+from toolshim.sse import SseFramer, parse_block
+from toolshim.tools import RequestContext, ToolSpec
 
 # The loaded profile's default budget is 100 examples; the "fuzz" profile raises it.
 FUZZ_SCALE = max(1, settings().max_examples // 100)
@@ -784,7 +784,7 @@ def test_fuzz_chat_stream_rewriter(case):
     """No exception (`failure` stays None: failing open is for bugs); the same bytes for any
     split (minted ids aside); a well-formed upstream gives a well-formed stream (tests/wire.py)
     in which every witness of the text arrives exactly once, as text or in a call."""
-    from toolshim_core.chat import ChatStreamRewriter, rewrite_chat_completion
+    from toolshim.chat import ChatStreamRewriter, rewrite_chat_completion
     from wire import check_chat_stream
 
     body = case["body"]
@@ -920,7 +920,7 @@ def test_fuzz_responses_stream_rewriter(case):
     """No exception; the same bytes for any split (minted ids aside); a well-formed upstream
     gives a stream every client accepts (tests/wire.py: numbering, item ids, every `.done` copy
     agreeing with the deltas) in which every witness arrives exactly once, as text or in a call."""
-    from toolshim_core.responses import ResponsesStreamRewriter, rewrite_response_body
+    from toolshim.responses import ResponsesStreamRewriter, rewrite_response_body
     from wire import check_responses_stream
 
     body = case["body"]
@@ -970,8 +970,8 @@ def test_fuzz_rewriters_with_hostile_bytes(api, body, cuts, model):
     """Bytes that are no stream of the API: nothing raises out of feed/close, no empty piece is
     sent, the same bytes come out for any split, and every block no rewriter can read leaves as
     it came, in order, and so does an unterminated tail."""
-    from toolshim_core.chat import ChatStreamRewriter
-    from toolshim_core.responses import ResponsesStreamRewriter
+    from toolshim.chat import ChatStreamRewriter
+    from toolshim.responses import ResponsesStreamRewriter
 
     context = RequestContext(tools=dict(TOOLS), model=model)
     make = (lambda: ChatStreamRewriter(copy.deepcopy(context))) if api == "chat" else (lambda: ResponsesStreamRewriter(copy.deepcopy(context)))
@@ -992,7 +992,7 @@ def test_fuzz_rewriters_with_hostile_bytes(api, body, cuts, model):
 
 
 # ---------------------------------------------------------------------------------------------
-# Regressions: the minimal failing examples the fuzzing found, each fixed in toolshim_core
+# Regressions: the minimal failing examples the fuzzing found, each fixed in toolshim
 # ---------------------------------------------------------------------------------------------
 
 
@@ -1024,7 +1024,7 @@ def test_whitespace_before_a_possible_closing_tag_in_preopened_reasoning_stays_w
 def test_a_crlf_event_after_the_last_blank_line_of_a_fast_path_read_is_not_dropped():
     # stream.py's fast path left the events after the read's last "\n\n" to the framer and
     # dropped what it completed: here `data: [DONE]\r\n\r\n`
-    from toolshim_core.chat import ChatStreamRewriter
+    from toolshim.chat import ChatStreamRewriter
 
     def chunk(delta, finish=None):
         body = {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m",
@@ -1039,7 +1039,7 @@ def test_a_crlf_event_after_the_last_blank_line_of_a_fast_path_read_is_not_dropp
 
 def test_a_buffered_chat_message_with_an_upstream_call_makes_no_second_call_when_parallel_is_false():
     # chat.py's rewrite_chat_completion did not count upstream's own calls (streaming does)
-    from toolshim_core.chat import rewrite_chat_completion
+    from toolshim.chat import rewrite_chat_completion
 
     markup = "<|tool_call_begin|>functions.bash:0<|tool_call_argument_begin|>{}<|tool_call_end|>"
     native = [{"id": "call_upstream", "type": "function", "function": {"name": "bash", "arguments": "{}"}}]
@@ -1050,7 +1050,7 @@ def test_a_buffered_chat_message_with_an_upstream_call_makes_no_second_call_when
 
 
 def chat_through(model: str, deltas: list[dict]) -> dict:
-    from toolshim_core.chat import ChatStreamRewriter
+    from toolshim.chat import ChatStreamRewriter
     from wire import check_chat_stream
 
     def chunk(delta, finish=None):

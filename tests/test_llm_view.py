@@ -1,4 +1,4 @@
-"""The "LLM stream" view's renderer (toolshim_core/llm_view.py), without mitmproxy's view machinery.
+"""The "LLM stream" view's renderer (addon/toolshim/llm_view.py), without mitmproxy's view machinery.
 
 Golden files: `tests/golden/view/<fixture>.txt` is the plain text of the view of a bundled fixture
 after toolshim rewrote it offline (one `mitmdump -nr … -w … -s addon/toolshim.py` run for all),
@@ -25,9 +25,9 @@ import pytest
 from mitmproxy import io as mio
 
 from harness import PROJECT_ROOT, read_flows, run_offline, sse_body
-from toolshim_core import llm_view
-from toolshim_core.apis import CHAT, METADATA_KEY, RESPONSES, api_of
-from toolshim_core.llm_view import MARKUP, MODEL_TEXT, NUMBER, render
+from toolshim import llm_view
+from toolshim.apis import CHAT, METADATA_KEY, RESPONSES, api_of
+from toolshim.llm_view import MARKUP, MODEL_TEXT, NUMBER, render
 
 GOLDEN_DIR = Path(__file__).parent / "golden" / "view"
 GOLDEN_FIXTURES = (

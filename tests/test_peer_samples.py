@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 
 from harness import sse_body
-from toolshim_core.chat import ChatStreamRewriter, rewrite_chat_completion
-from toolshim_core.tools import RequestContext
+from toolshim.chat import ChatStreamRewriter, rewrite_chat_completion
+from toolshim.tools import RequestContext
 from wire import check_chat_stream
 
 SAMPLES = [json.loads(line) for line in (Path(__file__).parent / "data" / "peer_samples.jsonl").read_text().splitlines() if line.strip()]

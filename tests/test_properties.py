@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 
 from harness import sse_body, split_bytes
 from kimi import chunk
-from toolshim_core.chat import ChatStreamRewriter
-from toolshim_core.tools import RequestContext
+from toolshim.chat import ChatStreamRewriter
+from toolshim.tools import RequestContext
 from wire import check_chat_stream
 
 NAMES = ["bash", "read_file", "mcp__portal__search-documents", "get_weather"]

@@ -11,9 +11,9 @@ from hypothesis import strategies as st
 from harness import sse_body
 from responses import response_json, responses_events, responses_sse
 from test_properties_sentinel import TOOLS, model_text
-from toolshim_core.chat import ChatStreamRewriter, rewrite_chat_completion
-from toolshim_core.responses import ResponsesStreamRewriter, rewrite_response_body
-from toolshim_core.tools import RequestContext
+from toolshim.chat import ChatStreamRewriter, rewrite_chat_completion
+from toolshim.responses import ResponsesStreamRewriter, rewrite_response_body
+from toolshim.tools import RequestContext
 from wire import check_chat_stream, check_responses_stream
 
 RESPONSES_TOOLS = [

@@ -13,10 +13,10 @@ import json
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from toolshim_core.calls import CallScope, RewriteStats
-from toolshim_core.lexers.base import CallArgs, CallBegin, CallEnd, Text
-from toolshim_core.lexers.sentinel import SentinelLexer
-from toolshim_core.tools import RequestContext, ToolSpec
+from toolshim.calls import CallScope, RewriteStats
+from toolshim.lexers.base import CallArgs, CallBegin, CallEnd, Text
+from toolshim.lexers.sentinel import SentinelLexer
+from toolshim.tools import RequestContext, ToolSpec
 
 TOOLS = {
     "bash": ToolSpec("bash", {"type": "object"}),

@@ -11,9 +11,9 @@ from mitmproxy.test import taddons
 from harness import sse_body
 from kimi import SEED_000, kimi_chunks
 from test_addon import chat_flow, run_stream
-from toolshim_core.addon import ToolShim
-from toolshim_core.calls import INVALID_JSON, NOT_ALLOWED, REPAIRED_JSON, UNKNOWN_NAME, RewriteStats
-from toolshim_core.report import FlowOutcome, SessionCounters, tally
+from toolshim.addon import ToolShim
+from toolshim.calls import INVALID_JSON, NOT_ALLOWED, REPAIRED_JSON, UNKNOWN_NAME, RewriteStats
+from toolshim.report import FlowOutcome, SessionCounters, tally
 
 
 def stats_with(calls=(), problems=(), repairs=(), reasoning_moved=0) -> RewriteStats:
@@ -159,9 +159,9 @@ def feed_in_pieces(rewriter, body: bytes, size: int) -> bytes:
 def test_a_stream_passed_as_it_came_is_not_changed_however_it_is_cut():
     from responses import responses_events, responses_sse
 
-    from toolshim_core.chat import ChatStreamRewriter
-    from toolshim_core.responses import ResponsesStreamRewriter
-    from toolshim_core.tools import RequestContext
+    from toolshim.chat import ChatStreamRewriter
+    from toolshim.responses import ResponsesStreamRewriter
+    from toolshim.tools import RequestContext
 
     chat = sse_body([{"choices": [{"index": 0, "delta": {"content": p}}]} for p in ("a < b", " and ", "<tool")])
     responses = responses_sse(responses_events("qwen3", ["Hello", " <tool", " world"]))
@@ -173,8 +173,8 @@ def test_a_stream_passed_as_it_came_is_not_changed_however_it_is_cut():
 
 
 def test_a_stream_with_markup_turned_into_calls_is_changed():
-    from toolshim_core.chat import ChatStreamRewriter
-    from toolshim_core.tools import RequestContext
+    from toolshim.chat import ChatStreamRewriter
+    from toolshim.tools import RequestContext
 
     body = sse_body(kimi_chunks("k2", SEED_000))
     rewriter = ChatStreamRewriter(RequestContext.from_body(b'{"model": "k2"}'))

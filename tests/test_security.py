@@ -8,7 +8,7 @@ call stays text.
    the metadata), notes about markup that stayed text, a failing rewrite (fail-open warning with
    its traceback), an unreadable request body, a buffered JSON answer, the Responses API, and
    tool emulation (its log lines and `emulated` telemetry). What the addon wrote is read three
-   ways: the records of its `toolshim_core` loggers (captured by tests/log_capture.py, tracebacks
+   ways: the records of its `toolshim` loggers (captured by tests/log_capture.py, tracebacks
    included), mitmdump's output lines that come from it (they start with `toolshim`), and the
    saved flows' `flow.metadata["toolshim"]` and `flow.comment`. mitmproxy's own output is not the
    addon's: it is kept apart (at flow_detail=0 it prints no headers, but that is mitmproxy's
@@ -39,8 +39,8 @@ import pytest
 from harness import Mitmdump, Script, ScriptedUpstream, chat_completion, read_flows, sse_body
 from kimi import chunk
 from responses import responses_events, responses_sse
-from toolshim_core.chat import ChatStreamRewriter, rewrite_chat_completion
-from toolshim_core.tools import RequestContext
+from toolshim.chat import ChatStreamRewriter, rewrite_chat_completion
+from toolshim.tools import RequestContext
 from wire import check_chat_stream
 
 LOG_CAPTURE = Path(__file__).with_name("log_capture.py")
@@ -190,7 +190,7 @@ def test_every_path_that_writes_something_was_taken(written):
 
 def test_the_addon_log_holds_no_secret(written):
     for record in written["records"]:
-        assert record["logger"].startswith("toolshim_core")
+        assert record["logger"].startswith("toolshim")
         assert not leaked(record["message"] + record["traceback"]), record
     # the same lines as mitmdump printed them (and traceback lines, which follow a warning)
     addon_lines = [line for line in written["output"] if line.partition("] ")[2].startswith("toolshim") or line.startswith(("Traceback", "  ", "toolshim"))]

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 from harness import chat_completion, iter_sse_data, sse_body
-from toolshim_core.chat import ChatStreamRewriter, rewrite_chat_completion
-from toolshim_core.tools import RequestContext
+from toolshim.chat import ChatStreamRewriter, rewrite_chat_completion
+from toolshim.tools import RequestContext
 
 TOOLS = [
     {"type": "function", "function": {"name": "calculate", "parameters": {"type": "object", "properties": {"expression": {"type": "string"}}}}},

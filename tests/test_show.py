@@ -1,4 +1,4 @@
-"""`python -m toolshim_core.show`: the README's first command ends with it."""
+"""`python -m toolshim.show`: the README's first command ends with it."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ TOOLS = [{"type": "function", "name": "get_weather", "parameters": {"type": "obj
 
 def show(path: Path) -> str:
     result = subprocess.run(
-        [sys.executable, "-m", "toolshim_core.show", str(path)], capture_output=True, text=True, cwd=PROJECT_ROOT, timeout=60
+        [sys.executable, "-m", "toolshim.show", str(path)], capture_output=True, text=True, cwd=PROJECT_ROOT, timeout=60
     )
     assert result.returncode == 0, result.stderr
     return result.stdout

@@ -17,10 +17,10 @@ import orjson
 import pytest
 
 from harness import sse_body
-from toolshim_core import chat, sse
-from toolshim_core.chat import ChatStreamRewriter
-from toolshim_core.lexers import base, deepseek, harmony, kimi, llama, mistral, sentinel, think, units, xml_calls
-from toolshim_core.tools import RequestContext
+from toolshim import chat, sse
+from toolshim.chat import ChatStreamRewriter
+from toolshim.lexers import base, deepseek, harmony, kimi, llama, mistral, sentinel, think, units, xml_calls
+from toolshim.tools import RequestContext
 
 KINDS = ("marker search", "block scan", "framing")
 LEXER_MODULES = (base, deepseek, harmony, kimi, llama, mistral, sentinel, think, units, xml_calls)
@@ -178,7 +178,7 @@ def test_whole_reads_on_the_fast_path_give_what_event_by_event_reading_gives() -
 
 
 def test_held_text_pieces_are_kept_as_a_few_long_strings():
-    from toolshim_core.lexers.base import TextPieces
+    from toolshim.lexers.base import TextPieces
 
     rng = random.Random(7)
     pieces = ["".join(rng.choice("ab{}\"é ") for _ in range(rng.randint(1, 4))) for _ in range(10_000)]
@@ -201,7 +201,7 @@ def qwen_with_bash() -> ChatStreamRewriter:
 
 
 def test_a_long_held_block_is_known_as_changed_without_keeping_its_events():
-    from toolshim_core.stream import EchoCheck
+    from toolshim.stream import EchoCheck
 
     held_block = ["Hi ", "<tool_call>", "{"] + ["ab"] * 3_000
     rewriter = qwen_with_bash()
@@ -217,7 +217,7 @@ def test_a_long_held_block_is_known_as_changed_without_keeping_its_events():
 
 
 def test_one_large_event_passing_as_it_came_is_not_changed():
-    from toolshim_core.stream import EchoCheck
+    from toolshim.stream import EchoCheck
 
     body = chat_events(["x" * (4 * EchoCheck.MAX_UNSENT), " then <b>", " more"], done=True)
     rewriter = qwen_with_bash()

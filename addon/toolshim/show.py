@@ -1,4 +1,4 @@
-"""Print what a .flow file's LLM responses say, before and after toolshim: `python -m toolshim_core.show F`.
+"""Print what a .flow file's LLM responses say, before and after toolshim: `python -m toolshim.show F`.
 
 For each Chat Completions or Responses flow: what the upstream sent (from the copy toolshim
 keeps in flow.metadata) and what the client got: text fields, tool calls, finish_reason; for the
@@ -96,7 +96,7 @@ def describe(result: dict[str, Any], indent: str = "    ") -> str:
 
 def main(argv: list[str]) -> int:
     if len(argv) != 1:
-        print("usage: python -m toolshim_core.show FLOW_FILE", file=sys.stderr)
+        print("usage: python -m toolshim.show FLOW_FILE", file=sys.stderr)
         return 2
     with open(argv[0], "rb") as f:
         for flow in io.FlowReader(f).stream():

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 from mitmproxy import exceptions, http, io
 
-import toolshim_core
+import toolshim
 
 from .apis import CHAT, RESPONSES, api_of
 from .show import accumulate, response_output
@@ -44,7 +44,7 @@ from .show import accumulate, response_output
 if TYPE_CHECKING:
     from openai import OpenAI
 
-PROJECT_ROOT = Path(toolshim_core.__file__).resolve().parents[1]
+PROJECT_ROOT = Path(toolshim.__file__).resolve().parents[2]  # from addon/toolshim/__init__.py
 ADDON_SCRIPT = PROJECT_ROOT / "addon" / "toolshim.py"
 FLOWS_DIR = PROJECT_ROOT / "flows"
 
