@@ -5,7 +5,9 @@ This is the only module that imports mitmproxy. Everything it calls is sans-IO.
 Flow life cycle (live and offline `-r` flows fire the same hooks):
     requestheaders  pick the flow (POST .../chat/completions or .../responses, within
                     `toolshim_filter`) and ask upstream for an uncompressed body
-    request         read the declared tools and the tool-call history from the request body
+    request         repair the request's history where its backend needs it (history.py,
+                    with what the conversation state recalls; asynchronous when the state
+                    is a shared server), then read the declared tools and the history
     responseheaders streamed 2xx SSE: install the stream callable, fix the framing headers
     response        streamed: keep the rewritten body for mitmweb / `-w`;
                     buffered or offline: rewrite the whole SSE or JSON body
@@ -16,19 +18,24 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from urllib.parse import urlsplit
 
 import orjson
 from mitmproxy import command, ctx, exceptions, flowfilter, http
 
 from . import contentview
 from .apis import METADATA_KEY, RESPONSES, api_of
+from .backends import REASONING, REPAIRS, RepairPolicy, backend_for
 from .calls import RewriteStats
 from .chat import ChatStreamRewriter, rewrite_chat_completion
 from .emulation import EmulatedRequest, emulate_request
 from .encoding import Decoder, incremental_decoder
+from .history import HistoryRepair
 from .lexers import DIALECT_NAMES
-from .report import FlowOutcome, SessionCounters, tally
+from .memory import ConversationState, KeyMaker, LocalStore, RedisStore, StoreUnreachable, turns_given
+from .report import MARK_REWRITTEN, FlowOutcome, SessionCounters, request_comment, tally
 from .responses import ResponsesStreamRewriter, rewrite_response_body
 from .stream import SseRewriter
 from .tools import RequestContext
@@ -40,6 +47,14 @@ def log_url(flow: http.HTTPFlow) -> str:
     """The flow's URL as the log names it: without the query, where clients may pass a key
     (`?api-key=…`, `?key=…`), which must not reach the log (tests/test_security.py)."""
     return flow.request.pretty_url.split("?", 1)[0]
+
+
+def safe_url(url: str) -> str:
+    """A store URL as the log may name it: without a password."""
+    parts = urlsplit(url)
+    if "@" not in parts.netloc:
+        return url
+    return parts._replace(netloc="***@" + parts.netloc.rpartition("@")[2]).geturl()
 
 
 def is_event_stream(headers: http.Headers) -> bool:
@@ -59,7 +74,15 @@ class StreamRewrite:
     (HTTP/1.1 would read it as the end of the body): it returns a list, possibly empty.
     """
 
-    def __init__(self, rewriter: SseRewriter, decoder: Decoder, url: str, keep_upstream: bool) -> None:
+    def __init__(
+        self,
+        rewriter: SseRewriter,
+        decoder: Decoder,
+        url: str,
+        keep_upstream: bool,
+        on_terminal: Callable[[bytes], None] | None = None,
+        terminal_marker: bytes = b"[DONE]",
+    ) -> None:
         self.rewriter = rewriter
         self.decoder = decoder
         self.url = url
@@ -67,6 +90,10 @@ class StreamRewrite:
         self.sent: list[bytes] = []  # what the client got: kept so mitmweb and -w can show it
         self.upstream: list[bytes] = []  # what upstream sent (decoded)
         self.failed = False
+        # Called once with everything sent, when the terminal event has gone to the client: the
+        # client may send its next request before mitmproxy's `response` hook fires.
+        self.on_terminal = on_terminal
+        self.terminal_marker = terminal_marker
 
     def __call__(self, data: bytes) -> list[bytes]:
         end = not data
@@ -93,7 +120,18 @@ class StreamRewrite:
                 out = [self._pending_after_failure()]
         out = [piece for piece in out if piece]
         self.sent.extend(out)
+        if self.on_terminal is not None and (end or any(self.terminal_marker in piece for piece in out)):
+            self.terminal_reached()
         return out
+
+    def terminal_reached(self) -> None:
+        """Hand what the client got to `on_terminal`, once (a stream cut short: at its end)."""
+        callback, self.on_terminal = self.on_terminal, None
+        if callback is not None:
+            try:
+                callback(b"".join(self.sent))
+            except Exception as exc:  # remembering is a nicety: never the stream's problem
+                log.warning("toolshim: remembering the reasoning of %s failed (%r)", self.url, exc, exc_info=exc)
 
     def _fail(self, exc: Exception) -> None:
         if not self.failed:
@@ -118,6 +156,7 @@ class StreamRewrite:
     def release(self) -> None:
         """The flow is done. mitmproxy keeps `response.stream` alive as long as the flow, so let
         go of the body copies (they now live in the flow itself)."""
+        self.terminal_reached()
         self.sent = []
         self.upstream = []
         self.failed = True  # should mitmproxy call again, pass bytes through
@@ -131,6 +170,9 @@ class FlowState:
     context: RequestContext = field(default_factory=RequestContext)
     stream: StreamRewrite | None = None
     emulated: EmulatedRequest | None = None  # tools emulated for a text-only backend
+    # Set when the backend wants reasoning back: names the turns of the response to remember.
+    remember: KeyMaker | None = None
+    remember_all_turns: bool = False
 
 
 class ToolShim:
@@ -141,6 +183,8 @@ class ToolShim:
         self._filter: flowfilter.TFilter | None = None
         self._emulate: re.Pattern[str] | None = None
         self._dialects: tuple[str, ...] | None = None
+        self._repair_policy = RepairPolicy()
+        self.state = ConversationState(LocalStore(10_000, 64 << 20, 6 * 3600))
         self.counters = SessionCounters()
 
     def load(self, loader) -> None:
@@ -227,6 +271,47 @@ class ToolShim:
             "clients and openai-node reject it: turn it on only for clients that wait for it.",
         )
 
+        loader.add_option(
+            "toolshim_request_repairs",
+            str,
+            "auto",
+            "Which request repairs to make: 'auto' (by the backend table, from the model name), "
+            "'off' (none), or comma-separated terms: 'auto', repair names (made for every model) "
+            f"and '-name' (never made). Repairs: {', '.join(REPAIRS)}.",
+        )
+        loader.add_option(
+            "toolshim_reasoning_placeholder",
+            str,
+            "",
+            "Text to put in an assistant turn whose reasoning the backend needs and the state "
+            "does not hold (restart, evicted, another worker). Empty: leave the turn as it is "
+            "(some gateways reject placeholders).",
+        )
+        loader.add_option(
+            "toolshim_state",
+            str,
+            "",
+            "Where the conversation state lives (the reasoning the client was sent, by tool "
+            "call). Empty: in this process. redis://HOST:PORT/DB (or rediss://): a Redis or "
+            "Valkey server shared by several mitmdump workers.",
+        )
+        loader.add_option(
+            "toolshim_state_timeout",
+            int,
+            250,
+            "Most milliseconds a request waits on a shared state server; past it the request "
+            "goes as the client sent it.",
+        )
+        loader.add_option(
+            "toolshim_state_max_entries", int, 10_000, "In-process state: most entries kept (least recently used go first)."
+        )
+        loader.add_option(
+            "toolshim_state_max_bytes", int, 64 << 20, "In-process state: most bytes of values kept; also the largest value stored."
+        )
+        loader.add_option(
+            "toolshim_state_ttl", int, 6 * 3600, "Seconds an entry of the state is kept (in-process and shared)."
+        )
+
     def configure(self, updated: set[str]) -> None:
         if "toolshim_filter" in updated:
             expression = ctx.options.toolshim_filter.strip()
@@ -251,17 +336,53 @@ class ToolShim:
             self._dialects = names or None
         if "toolshim_max_held" in updated and ctx.options.toolshim_max_held < 1024:
             raise exceptions.OptionsError("toolshim_max_held must be at least 1024 characters")
+        if "toolshim_request_repairs" in updated:
+            try:
+                self._repair_policy = RepairPolicy.parse(ctx.options.toolshim_request_repairs)
+            except ValueError as exc:
+                raise exceptions.OptionsError(f"toolshim_request_repairs: {exc}") from exc
+        state_options = {"toolshim_state", "toolshim_state_timeout", "toolshim_state_max_entries", "toolshim_state_max_bytes", "toolshim_state_ttl"}
+        if updated & state_options:
+            self.state = ConversationState(self._make_store())
+
+    def _make_store(self) -> LocalStore | RedisStore:
+        options = ctx.options
+        for name in ("toolshim_state_timeout", "toolshim_state_max_entries", "toolshim_state_max_bytes", "toolshim_state_ttl"):
+            if getattr(options, name) < 1:
+                raise exceptions.OptionsError(f"{name} must be at least 1")
+        url = options.toolshim_state.strip()
+        if not url:
+            return LocalStore(options.toolshim_state_max_entries, options.toolshim_state_max_bytes, options.toolshim_state_ttl)
+        parts = urlsplit(url)
+        if parts.scheme not in ("redis", "rediss"):
+            raise exceptions.OptionsError(f"toolshim_state: {safe_url(url)!r} is not a redis:// or rediss:// URL")
+        try:
+            parts.port  # noqa: B018 (parsing it is the check)
+        except ValueError:
+            raise exceptions.OptionsError(f"toolshim_state: {safe_url(url)!r}: the port is not a number") from None
+        if not re.fullmatch(r"/?\d*", parts.path):
+            raise exceptions.OptionsError(f"toolshim_state: {safe_url(url)!r}: the database is not a number (redis://HOST:PORT/DB)")
+        try:
+            store = RedisStore(url, options.toolshim_state_ttl, options.toolshim_state_timeout / 1000, options.toolshim_state_max_bytes)
+        except ImportError as exc:
+            raise exceptions.OptionsError("toolshim_state: a shared store needs the redis package (pip install redis)") from exc
+        except ValueError as exc:
+            raise exceptions.OptionsError(f"toolshim_state: {safe_url(url)!r}: {exc}") from exc
+        log.info("toolshim: conversation state in %s", safe_url(url))
+        return store
 
     @command.command("toolshim.stats")
     def stats(self) -> str:
         """What toolshim repaired since mitmproxy started: flows, calls, and a table of
         counters per dialect and category (LeakedMarkup, InvalidJson, UnknownName,
         SchemaMismatch, BrokenStreamShape, NotAllowed)."""
+        self.counters.state_unreachable = self.state.unreachable
         text = self.counters.render()
         log.info("%s", text)
         return text
 
     def done(self) -> None:
+        self.counters.state_unreachable = self.state.unreachable
         log.info("%s", self.counters.summary_line())
         contentview.unregister()  # a reloaded script registers it again
 
@@ -280,15 +401,55 @@ class ToolShim:
         if flow.live:
             flow.request.headers["accept-encoding"] = "identity"
 
-    def request(self, flow: http.HTTPFlow) -> None:
+    def request(self, flow: http.HTTPFlow):
         state = self._flows.get(flow.id)
         if state is None:
-            return
+            return None
         try:
             request = orjson.loads(flow.request.get_content(strict=False) or b"null")
         except Exception as exc:  # an unreadable request only means: no tools known
             log.info("toolshim: could not read the request body of %s: %s", log_url(flow), exc)
-            return
+            return None
+        repair = self._history_repair(flow, state, request)
+        if repair is not None and self.state.shared and repair.wanted_keys():
+            return self._request_after_lookup(flow, state, request, repair)  # mitmproxy awaits it
+        found = self.state.get_local(repair.wanted_keys()) if repair is not None else {}
+        self._finish_request(flow, state, request, repair, found)
+        return None
+
+    async def _request_after_lookup(self, flow: http.HTTPFlow, state: FlowState, request: dict, repair: HistoryRepair) -> None:
+        found, failure = await self.state.get_shared(repair.wanted_keys())
+        if failure is not None:
+            log.warning("toolshim: state store unreachable (%s); requests go as the clients sent them until it answers", failure)
+        self._finish_request(flow, state, request, repair, found)
+
+    def _history_repair(self, flow: http.HTTPFlow, state: FlowState, request: object) -> HistoryRepair | None:
+        """The repairs this request's backend needs (None: none; the request stays byte for byte).
+        Captured requests read offline are history: never changed."""
+        if not flow.live or not isinstance(request, dict):
+            return None
+        model = request.get("model") if isinstance(request.get("model"), str) else ""
+        backend = backend_for(model)
+        repairs = self._repair_policy.repairs_for(backend)
+        if not repairs:
+            return None
+        keys = KeyMaker.for_request(request, flow.request.headers) if REASONING in repairs else None
+        if keys is not None:
+            state.remember = keys
+            state.remember_all_turns = backend.reasoning_turns == "all_turns"
+        return HistoryRepair(request, state.api, repairs, backend, keys)
+
+    def _finish_request(self, flow: http.HTTPFlow, state: FlowState, request: object, repair: HistoryRepair | None, found: dict) -> None:
+        if repair is not None:
+            original = flow.request.content
+            try:
+                if repair.apply(found, ctx.options.toolshim_reasoning_placeholder):
+                    flow.request.content = orjson.dumps(request)  # content-length follows
+                self._annotate_request(flow, repair, original)
+            except Exception as exc:  # fail open: the request goes as the client sent it
+                log.warning("toolshim: repairing the request of %s failed (%r); sent unchanged", log_url(flow), exc, exc_info=exc)
+                flow.request.content = original
+                request = orjson.loads(original)
         state.context = self._with_options(RequestContext.from_request(request))
         if self._emulates(flow, request):
             try:
@@ -299,6 +460,25 @@ class ToolShim:
             flow.request.content = orjson.dumps(state.emulated.body)  # content-length follows
             state.context = self._with_options(state.emulated.context)
             log.info("toolshim: emulating tools for %s: %s", log_url(flow), state.emulated.telemetry())
+
+    def _annotate_request(self, flow: http.HTTPFlow, repair: HistoryRepair, original: bytes) -> None:
+        """The request's repairs and misses, where people look (as `_annotate` for responses)."""
+        self.counters.add_request(repair.changes, len(repair.misses))
+        if not repair.changes and not repair.misses:
+            return
+        info: dict = {"repairs": repair.changes}
+        if repair.misses:
+            info["reasoning_missing"] = repair.misses
+            log.info("toolshim: %s: no reasoning known for %s (not restored)", log_url(flow), ", ".join(repair.misses))
+        if repair.changes:
+            log.info("toolshim: %s: request repaired: %s", log_url(flow), request_comment(repair.changes, []))
+            if ctx.options.toolshim_keep_upstream:
+                info["original"] = original
+        flow.metadata.setdefault(METADATA_KEY, {})["request"] = info
+        comment = "toolshim: request: " + request_comment(repair.changes, repair.misses)
+        flow.comment = f"{flow.comment}\n{comment}" if flow.comment else comment
+        if not flow.marked and repair.changes:
+            flow.marked = MARK_REWRITTEN
 
     def _with_options(self, context: RequestContext) -> RequestContext:
         context.dialects = self._dialects
@@ -344,7 +524,14 @@ class ToolShim:
         if flow.request.http_version == "HTTP/1.1":
             response.headers["transfer-encoding"] = "chunked"
         rewriter = self._stream_rewriter(state)
-        state.stream = StreamRewrite(rewriter, decoder, log_url(flow), ctx.options.toolshim_keep_upstream)
+        state.stream = StreamRewrite(
+            rewriter,
+            decoder,
+            log_url(flow),
+            ctx.options.toolshim_keep_upstream,
+            on_terminal=self._remembering(flow, state),
+            terminal_marker=b"response.completed" if state.api == RESPONSES else b"[DONE]",
+        )
         response.stream = state.stream
 
     def response(self, flow: http.HTTPFlow) -> None:
@@ -374,6 +561,21 @@ class ToolShim:
         upstream = b"".join(stream.upstream) if stream.keep_upstream and changed else None
         self._annotate(flow, state, stream.stats, changed=changed, upstream=upstream, failed=stream.failed)
         stream.release()
+
+    def _remembering(self, flow: http.HTTPFlow, state: FlowState) -> Callable[[bytes], None] | None:
+        """What keeps the reasoning the client is given, for the backends that want it back."""
+        keys = state.remember
+        if keys is None or not flow.live:
+            return None
+        url = log_url(flow)
+
+        def remember(sent: bytes) -> None:
+            records: dict[str, bytes] = {}
+            for turn in turns_given(state.api, sent):
+                records.update(turn.records(keys, state.remember_all_turns))
+            self.state.put(records, lambda failure: log.warning("toolshim: state store unreachable (%s); the reasoning of %s is not kept", failure, url))
+
+        return remember
 
     @staticmethod
     def _stream_rewriter(state: FlowState) -> SseRewriter:
@@ -413,6 +615,8 @@ class ToolShim:
             return
         if changed:
             response.content = new_body  # re-encodes to the flow's content-encoding
+        if (remember := self._remembering(flow, state)) is not None:
+            remember(new_body)
         upstream = body if changed and ctx.options.toolshim_keep_upstream else None
         self._annotate(flow, state, stats, changed=changed, upstream=upstream, failed=False)
 
@@ -453,7 +657,7 @@ class ToolShim:
             info["failed"] = True
         if upstream is not None:
             info["upstream"] = upstream
-        flow.metadata[METADATA_KEY] = info
+        flow.metadata[METADATA_KEY] = {**flow.metadata.get(METADATA_KEY, {}), **info}  # after the request's
         comment = outcome.comment()
         flow.comment = f"{flow.comment}\n{comment}" if flow.comment else comment
         if not flow.marked:  # a user's own mark wins

@@ -14,6 +14,9 @@ The counters are kept per dialect and per category. A category says what went wr
     NotAllowed         markup the request forbade (tool_choice none, parallel_tool_calls false)
 
 Upstream's own calls are counted under the dialect `native`.
+
+Request repairs (history.py) are counted by repair, with the turns whose reasoning was wanted and
+not known (misses) and the shared state's failures beside them.
 """
 
 from __future__ import annotations
@@ -127,6 +130,33 @@ class FlowOutcome:
         return "toolshim: " + " · ".join(parts)
 
 
+REQUEST_REPAIR_LABELS = {
+    "reasoning": "reasoning restored",
+    "kimi_ids": "Kimi ids",
+    "orphan_results": "results added",
+    "tool_content": "tool content as text",
+    "developer_role": "developer → system",
+    "strip_strict": "strict removed",
+    "strip_parallel_tool_calls": "parallel_tool_calls removed",
+}
+
+
+def _repair_label(change: dict) -> str:
+    if change.get("placeholder"):
+        return "reasoning placeholder"
+    return REQUEST_REPAIR_LABELS.get(change["repair"], change["repair"])
+
+
+def request_comment(changes: list[dict], misses: list[str]) -> str:
+    """What was done to a request, e.g. `reasoning restored ×2, Kimi ids ×3 · reasoning not known ×1`."""
+    parts = []
+    if changes:
+        parts.append(_counted(_repair_label(change) for change in changes))
+    if misses:
+        parts.append(f"reasoning not known ×{len(misses)}")
+    return " · ".join(parts)
+
+
 def _counted(names) -> str:
     counts = Counter(names)
     return ", ".join(name if n == 1 else f"{name} ×{n}" for name, n in counts.items())
@@ -141,6 +171,16 @@ class SessionCounters:
     failed: int = 0
     calls: int = 0
     table: Counter[tuple[str, str]] = field(default_factory=Counter)  # (dialect, category)
+    requests_repaired: int = 0
+    request_repairs: Counter[str] = field(default_factory=Counter)  # repair -> changes made
+    reasoning_misses: int = 0
+    state_unreachable: int = 0  # set by the addon from its state before printing
+
+    def add_request(self, changes: list[dict], misses: int) -> None:
+        self.requests_repaired += bool(changes)
+        for change in changes:
+            self.request_repairs["reasoning_placeholder" if change.get("placeholder") else change["repair"]] += 1
+        self.reasoning_misses += misses
 
     def count_flow(self, api: str) -> None:
         self.flows[api] += 1
@@ -163,7 +203,21 @@ class SessionCounters:
             f"toolshim: {seen} LLM flow{'s' if seen != 1 else ''}, {self.rewritten} rewritten, "
             f"{self.calls} call{'s' if self.calls != 1 else ''} from markup, {self.failed} failed"
             + (f"; {categories}" if categories else "")
+            + self._request_summary()
         )
+
+    def _request_summary(self) -> str:
+        """`; requests: 3 repaired (reasoning 2, kimi_ids 4), reasoning not known 1, state unreachable 2`,
+        or nothing when no request needed anything."""
+        parts = []
+        if self.requests_repaired:
+            repairs = ", ".join(f"{name} {count}" for name, count in sorted(self.request_repairs.items()))
+            parts.append(f"{self.requests_repaired} repaired ({repairs})")
+        if self.reasoning_misses:
+            parts.append(f"reasoning not known {self.reasoning_misses}")
+        if self.state_unreachable:
+            parts.append(f"state unreachable {self.state_unreachable}")
+        return "; requests: " + ", ".join(parts) if parts else ""
 
     def render(self) -> str:
         """The `toolshim.stats` table: one row per dialect, one column per category."""

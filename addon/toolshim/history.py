@@ -1,0 +1,338 @@
+"""Request repairs: the history a backend needs, restored where the client dropped or mangled it.
+
+A pure function of (request, backend facts, what the state recalls) -> request, in two steps so
+the state can be asked once, over the network if need be, between them:
+
+    repair = HistoryRepair(request, api, repairs, backend, keys)   # reads; knows what to look up
+    found = store.get_many(repair.wanted_keys())                   # the caller's I/O
+    repair.apply(found)                                            # changes `request` in place
+
+Every change is recorded (`changes`: what, where, as plain data for flow.metadata), a turn
+whose reasoning could not be found is counted (`misses`), and a second pass over a repaired
+request changes nothing. Positions name the client's request (`messages[3]`, `input[5]`).
+Whatever is not certain is left as it came: a tool result for an id no call has, non-text parts
+in a tool result, a call without a name.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from .apis import RESPONSES
+from .backends import (
+    ALL_TURNS,
+    DEVELOPER_ROLE,
+    KIMI_IDS,
+    ORPHAN_RESULTS,
+    REASONING,
+    STRIP_PARALLEL,
+    STRIP_STRICT,
+    TOOL_CONTENT,
+    Backend,
+)
+from .memory import CHAT_REASONING_FIELDS, KeyMaker, message_text
+
+KIMI_ID = re.compile(r"functions\.([^:\s]+):(\d+)")
+NO_RESULT = "no result was returned"
+_TEXT_PARTS = ("text", "input_text", "output_text")
+
+
+@dataclass(slots=True)
+class _LostTurn:
+    """An assistant turn that came back without its reasoning."""
+
+    at: int  # the client's position: Chat, the message; Responses, the turn's first item
+    item: dict[str, Any]  # that message or item (Responses: the reasoning goes before it)
+    keys: list[str]
+
+
+@dataclass
+class HistoryRepair:
+    request: dict[str, Any]
+    api: str
+    repairs: frozenset[str]
+    backend: Backend
+    keys: KeyMaker | None = None
+    changes: list[dict[str, Any]] = field(default_factory=list)
+    misses: list[str] = field(default_factory=list)  # where reasoning was wanted and not found
+    _lost: list[_LostTurn] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self._items_key = "input" if self.api == RESPONSES else "messages"
+        if REASONING in self.repairs and self.keys is not None:
+            self._lost = self._lost_responses_turns() if self.api == RESPONSES else self._lost_chat_turns()
+
+    @property
+    def items(self) -> list[Any]:
+        items = self.request.get(self._items_key)
+        return items if isinstance(items, list) else []
+
+    def wanted_keys(self) -> list[str]:
+        """The state entries the reasoning repair would read (none when nothing is lost)."""
+        return [key for turn in self._lost for key in turn.keys]
+
+    def apply(self, found: Mapping[str, bytes], placeholder: str = "") -> bool:
+        """Make every repair; returns whether the request changed."""
+        if TOOL_CONTENT in self.repairs:
+            self._tool_content()
+        if DEVELOPER_ROLE in self.repairs:
+            self._developer_role()
+        if STRIP_STRICT in self.repairs:
+            self._strip_strict()
+        if STRIP_PARALLEL in self.repairs and "parallel_tool_calls" in self.request:
+            del self.request["parallel_tool_calls"]
+            self._changed(STRIP_PARALLEL, "parallel_tool_calls")
+        orphans = self._orphans() if ORPHAN_RESULTS in self.repairs else []
+        renamed = self._kimi_ids() if KIMI_IDS in self.repairs else {}
+        for after, call_id in reversed(orphans):  # from the end: earlier positions stay valid
+            self.items.insert(after + 1, self._synthetic_result(renamed.get((after, call_id), call_id)))
+            self._changed(ORPHAN_RESULTS, f"{self._items_key}[{after}]", call_id=call_id)
+        if self._lost:  # last: Responses reasoning is inserted, found by identity, not position
+            self._restore_reasoning(found, placeholder)
+        return bool(self.changes)
+
+    def _changed(self, repair: str, at: str, **detail: Any) -> None:
+        self.changes.append({"repair": repair, "at": at, **detail})
+
+    # -- reasoning --------------------------------------------------------------------------------
+
+    def _lost_chat_turns(self) -> list[_LostTurn]:
+        all_turns = self.backend.reasoning_turns == ALL_TURNS
+        lost = []
+        for at, message in enumerate(self.items):
+            if not isinstance(message, dict) or message.get("role") != "assistant":
+                continue
+            if any(message.get(name) for name in CHAT_REASONING_FIELDS):
+                continue
+            calls = [call for call in message.get("tool_calls") or () if isinstance(call, dict)]
+            if calls:
+                keys = [self.keys.call(call.get("id"), *_function_of(call)) for call in calls]
+            elif all_turns and message_text(message.get("content")).strip():
+                keys = [self.keys.answer(message_text(message.get("content")))]
+            else:
+                continue
+            lost.append(_LostTurn(at, message, keys))
+        return lost
+
+    def _lost_responses_turns(self) -> list[_LostTurn]:
+        """Responses history comes as items: a turn is the run of model items (reasoning,
+        assistant message, function calls) between two of the client's (messages, results)."""
+        all_turns = self.backend.reasoning_turns == ALL_TURNS
+        lost = []
+        for start, run in _model_runs(self.items):
+            if any(item.get("type") == "reasoning" for item in run):
+                continue
+            calls = [item for item in run if item.get("type") == "function_call"]
+            if calls:
+                keys = [self.keys.call(item.get("call_id"), item.get("name"), item.get("arguments")) for item in calls]
+            else:
+                text = "".join(message_text(item.get("content")) for item in run if item.get("type", "message") == "message")
+                if not (all_turns and text.strip()):
+                    continue
+                keys = [self.keys.answer(text)]
+            lost.append(_LostTurn(start, run[0], keys))
+        return lost
+
+    def _restore_reasoning(self, found: Mapping[str, bytes], placeholder: str) -> None:
+        where = self._items_key
+        restored = []
+        for turn in self._lost:
+            value = next((found[key] for key in turn.keys if key in found), None)
+            try:
+                reasoning = orjson.loads(value) if value is not None else None
+            except orjson.JSONDecodeError:  # a store holding something else: as good as nothing
+                reasoning = None
+            if reasoning is None:
+                self.misses.append(f"{where}[{turn.at}]")
+                if not placeholder:
+                    continue
+                reasoning = self._placeholder(placeholder)
+                self._changed(REASONING, f"{where}[{turn.at}]", placeholder=True)
+            else:
+                self._changed(REASONING, f"{where}[{turn.at}]")
+            restored.append((turn.item, reasoning))
+        if self.api != RESPONSES:
+            for message, reasoning in restored:
+                message.update({name: value for name, value in reasoning.items() if name in CHAT_REASONING_FIELDS})
+            return
+        position = {id(item): at for at, item in enumerate(self.items)}
+        for first, reasoning in sorted(restored, key=lambda pair: position[id(pair[0])], reverse=True):
+            at = position[id(first)]
+            self.items[at:at] = [item for item in reasoning.get("items") or () if isinstance(item, dict)]
+
+    def _placeholder(self, text: str) -> dict[str, Any]:
+        if self.api == RESPONSES:
+            return {"items": [{"type": "reasoning", "summary": [], "content": [{"type": "reasoning_text", "text": text}]}]}
+        return {"reasoning_content": text}
+
+    # -- hygiene ----------------------------------------------------------------------------------
+
+    def _tool_content(self) -> None:
+        chat = self.api != RESPONSES
+        field_name = "content" if chat else "output"
+        for at, item in enumerate(self.items):
+            if not isinstance(item, dict):
+                continue
+            if (item.get("role") if chat else item.get("type")) != ("tool" if chat else "function_call_output"):
+                continue
+            value = item.get(field_name)
+            if value is None:
+                item[field_name] = ""
+                self._changed(TOOL_CONTENT, f"{self._items_key}[{at}]", filled=True)
+            elif isinstance(value, list) and all(_is_text_part(part) for part in value):
+                item[field_name] = "\n".join(part["text"] for part in value)
+                self._changed(TOOL_CONTENT, f"{self._items_key}[{at}]", flattened=len(value))
+
+    def _developer_role(self) -> None:
+        for at, item in enumerate(self.items):
+            if isinstance(item, dict) and item.get("role") == "developer":
+                item["role"] = "system"
+                self._changed(DEVELOPER_ROLE, f"{self._items_key}[{at}]")
+
+    def _strip_strict(self) -> None:
+        tools = self.request.get("tools")
+        for at, tool in enumerate(tools if isinstance(tools, list) else ()):
+            spec = tool.get("function") if isinstance(tool, dict) and isinstance(tool.get("function"), dict) else tool
+            if isinstance(spec, dict) and "strict" in spec:
+                del spec["strict"]
+                self._changed(STRIP_STRICT, f"tools[{at}]")
+
+    def _orphans(self) -> list[tuple[int, str]]:
+        """(where the synthetic result goes after, the call's id) for each call no result follows."""
+        chat = self.api != RESPONSES
+        items = self.items
+        answered_later: set[str] = set()
+        orphans = []
+        # From the end, so "a result comes later" is known at each call.
+        for at in range(len(items) - 1, -1, -1):
+            item = items[at]
+            if not isinstance(item, dict):
+                continue
+            if chat and item.get("role") == "tool" or not chat and item.get("type") == "function_call_output":
+                result_id = item.get("tool_call_id" if chat else "call_id")
+                if isinstance(result_id, str):
+                    answered_later.add(result_id)
+                continue
+            calls = [(c.get("id"), c) for c in item.get("tool_calls") or () if isinstance(c, dict)] if chat and item.get("role") == "assistant" else []
+            if not chat and item.get("type") == "function_call":
+                calls = [(item.get("call_id"), item)]
+            for call_id, _ in calls:
+                if isinstance(call_id, str) and call_id not in answered_later:
+                    orphans.append((self._end_of_results(at), call_id))
+        orphans.sort(key=lambda orphan: orphan[0])
+        return orphans
+
+    def _end_of_results(self, at: int) -> int:
+        """The last item of the run of results (and, for Responses, further model items) after `at`."""
+        items, chat = self.items, self.api != RESPONSES
+        end = at
+        for later in range(at + 1, len(items)):
+            item = items[later]
+            if not isinstance(item, dict):
+                break
+            if chat and item.get("role") == "tool" or not chat and item.get("type") in ("function_call", "function_call_output", "reasoning"):
+                end = later
+            else:
+                break
+        return end
+
+    def _synthetic_result(self, call_id: str) -> dict[str, Any]:
+        if self.api == RESPONSES:
+            return {"type": "function_call_output", "call_id": call_id, "output": NO_RESULT}
+        return {"role": "tool", "tool_call_id": call_id, "content": NO_RESULT}
+
+    def _kimi_ids(self) -> dict[tuple[int, str], str]:
+        """Rename every call id not of Kimi's form to `functions.NAME:IDX`, IDX counting the
+        conversation's calls in order of appearance (the next free number where that one is
+        taken); results follow the call they answer (the latest call with that id before them).
+        Returns {(where the result of an orphan goes, old id): new id} for the synthetic results."""
+        chat = self.api != RESPONSES
+        items = self.items
+        taken = {int(m.group(2)) for _, _, call_id, _ in _calls_in(items, chat) if isinstance(call_id, str) and (m := KIMI_ID.fullmatch(call_id))}
+        current: dict[str, str] = {}
+        renamed_at: dict[tuple[int, str], str] = {}
+        count = 0
+        next_free = max(taken, default=-1) + 1
+        for at, item in enumerate(items):
+            if not isinstance(item, dict):
+                continue
+            result_field = "tool_call_id" if chat else "call_id"
+            is_result = chat and item.get("role") == "tool" or not chat and item.get("type") == "function_call_output"
+            if is_result:
+                old = item.get(result_field)
+                if isinstance(old, str) and old in current and current[old] != old:
+                    item[result_field] = current[old]
+                    self._changed(KIMI_IDS, f"{self._items_key}[{at}].{result_field}", id=current[old])
+                continue
+            for where, holder, call_id, name in _calls_of(item, at, chat):
+                index = count
+                count += 1
+                if not isinstance(call_id, str) or not isinstance(name, str) or not name:
+                    continue
+                if KIMI_ID.fullmatch(call_id):
+                    current[call_id] = call_id
+                    continue
+                if index in taken:
+                    index, next_free = next_free, next_free + 1
+                taken.add(index)
+                new = f"functions.{name}:{index}"
+                current[call_id] = new
+                holder["id" if chat else "call_id"] = new
+                renamed_at[(self._end_of_results(at), call_id)] = new
+                self._changed(KIMI_IDS, f"{self._items_key}[{where}]", id=new)
+        return renamed_at
+
+
+def _function_of(call: dict[str, Any]) -> tuple[Any, Any]:
+    function = call.get("function") if isinstance(call.get("function"), dict) else {}
+    return function.get("name"), function.get("arguments")
+
+
+def _calls_of(item: dict[str, Any], at: int, chat: bool) -> list[tuple[str, dict, Any, Any]]:
+    """(position, the dict holding the id, id, name) of each call an item makes."""
+    if chat:
+        if item.get("role") != "assistant":
+            return []
+        return [
+            (f"{at}].tool_calls[{n}", call, call.get("id"), _function_of(call)[0])
+            for n, call in enumerate(item.get("tool_calls") or ())
+            if isinstance(call, dict)
+        ]
+    if item.get("type") == "function_call":
+        return [(str(at), item, item.get("call_id"), item.get("name"))]
+    return []
+
+
+def _calls_in(items: list[Any], chat: bool) -> list[tuple[str, dict, Any, Any]]:
+    return [call for at, item in enumerate(items) if isinstance(item, dict) for call in _calls_of(item, at, chat)]
+
+
+def _model_runs(items: list[Any]) -> list[tuple[int, list[dict[str, Any]]]]:
+    """(start, items) of each run of the model's own items in a Responses input."""
+    runs: list[tuple[int, list[dict[str, Any]]]] = []
+    current: list[dict[str, Any]] = []
+    start = 0
+    for at, item in enumerate(items):
+        is_model = isinstance(item, dict) and (
+            item.get("type") in ("reasoning", "function_call")
+            or item.get("role") == "assistant" and item.get("type", "message") == "message"
+        )
+        if is_model:
+            if not current:
+                start = at
+            current.append(item)
+        elif current:
+            runs.append((start, current))
+            current = []
+    if current:
+        runs.append((start, current))
+    return runs
+
+
+def _is_text_part(part: Any) -> bool:
+    return isinstance(part, dict) and part.get("type", "text") in _TEXT_PARTS and isinstance(part.get("text"), str)

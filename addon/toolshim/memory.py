@@ -1,0 +1,433 @@
+"""Conversation state: what the client was sent with its tool calls, kept for the next request.
+
+A thinking backend wants the reasoning of its earlier turns back; many clients drop it. When a
+response reaches the client, `turns_given` reads what the client got (after toolshim's rewrite)
+and `KeyMaker` names each turn; the next request's assistant turns are looked up by the same
+names (history.py). The state is the only thing that outlives a flow; losing it loses a repair,
+never a byte.
+
+Keys. Kimi ids repeat in every conversation (`functions.bash:0`), so a key made of the id alone
+would hand one conversation's reasoning to another, or to another user. A key is a hash of:
+the credential the client presented (hashed on its own first), the conversation's first user
+message, and the call's id, name and arguments (arguments compared as JSON, since clients
+re-serialise them). No credential, header or text is ever stored as such: keys are digests and
+values are what the client itself was sent.
+
+Stores. `LocalStore` (in-process, the default) is bounded by entries, bytes and age, least
+recently used evicted first. `RedisStore` shares the state between mitmdump workers; every call
+is bounded by a timeout and fails open (the caller counts and logs).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from .apis import RESPONSES
+
+CHAT_REASONING_FIELDS = ("reasoning_content", "reasoning", "reasoning_details")
+_CREDENTIAL_HEADERS = ("authorization", "x-api-key", "api-key", "x-goog-api-key")
+KEY_PREFIX = "toolshim:reasoning:"
+
+
+def credential_scope(headers: Mapping[str, str]) -> bytes:
+    """A digest of the credential the request carries (empty without one): conversations of
+    different keys never share state, and the credential itself goes nowhere."""
+    for name in _CREDENTIAL_HEADERS:
+        value = headers.get(name)
+        if value:
+            return hashlib.blake2b(value.encode("utf-8", "surrogateescape"), digest_size=16, person=b"toolshim-cred").digest()
+    return b""
+
+
+def message_text(content: Any) -> str:
+    """The text of a message's content: a string, or the text parts of a list, joined."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(part["text"] for part in content if isinstance(part, dict) and isinstance(part.get("text"), str))
+    return ""
+
+
+def first_user_text(request: Mapping[str, Any]) -> str:
+    """The conversation's first user message (Chat `messages` or Responses `input`)."""
+    items = request.get("messages")
+    if items is None:
+        items = request.get("input")
+        if isinstance(items, str):
+            return items
+    if not isinstance(items, list):
+        return ""
+    for item in items:
+        if isinstance(item, dict) and item.get("role") == "user":
+            return message_text(item.get("content"))
+    return ""
+
+
+def canonical_arguments(arguments: Any) -> bytes:
+    """Arguments as JSON with sorted keys (LangChain and others re-serialise what they got);
+    text that is not JSON as it is."""
+    if isinstance(arguments, str):
+        try:
+            arguments = orjson.loads(arguments)
+        except orjson.JSONDecodeError:
+            return arguments.encode("utf-8", "surrogateescape")
+    try:
+        return orjson.dumps(arguments, option=orjson.OPT_SORT_KEYS)
+    except TypeError:
+        return repr(arguments).encode()
+
+
+class KeyMaker:
+    """The keys of one conversation's turns, as one request sees the conversation."""
+
+    def __init__(self, scope: bytes, anchor: str) -> None:
+        self._base = hashlib.blake2b(digest_size=20, person=b"toolshim-turn")
+        self._base.update(len(scope).to_bytes(4, "big") + scope)
+        self._base.update(anchor.encode("utf-8", "surrogateescape") + b"\x00")
+
+    @classmethod
+    def for_request(cls, request: Mapping[str, Any], headers: Mapping[str, str]) -> KeyMaker:
+        return cls(credential_scope(headers), first_user_text(request))
+
+    def _key(self, *parts: bytes) -> str:
+        digest = self._base.copy()
+        for part in parts:
+            digest.update(len(part).to_bytes(4, "big") + part)
+        return KEY_PREFIX + digest.hexdigest()
+
+    def call(self, call_id: Any, name: Any, arguments: Any) -> str:
+        """A tool-call turn, by one of its calls."""
+        return self._key(b"call", str(call_id).encode("utf-8", "surrogateescape"), str(name).encode("utf-8", "surrogateescape"), canonical_arguments(arguments))
+
+    def answer(self, text: str) -> str:
+        """A turn without calls, by its text."""
+        return self._key(b"answer", text.strip().encode("utf-8", "surrogateescape"))
+
+
+# -- what the client was given ---------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class GivenTurn:
+    """One assistant turn as the client received it: its reasoning (Chat fields, or Responses
+    reasoning items), its calls (id, name, arguments) and its text."""
+
+    reasoning: dict[str, Any] = field(default_factory=dict)
+    calls: list[tuple[Any, Any, Any]] = field(default_factory=list)
+    text: str = ""
+
+    def records(self, keys: KeyMaker, all_turns: bool) -> dict[str, bytes]:
+        """key -> stored value, for every name the next request may know this turn by."""
+        if not self.reasoning:
+            return {}
+        value = orjson.dumps(self.reasoning)
+        names = [keys.call(*call) for call in self.calls]
+        if not self.calls and all_turns and self.text.strip():
+            names.append(keys.answer(self.text))
+        return dict.fromkeys(names, value)
+
+
+def turns_given(api: str, body: bytes) -> list[GivenTurn]:
+    """The assistant turns in a response body as the client got it (an SSE stream or JSON).
+    Unreadable pieces are skipped: a turn not understood is only a repair not made later."""
+    if body.lstrip()[:1] == b"{":
+        try:
+            parsed = orjson.loads(body)
+        except orjson.JSONDecodeError:
+            return []
+        if not isinstance(parsed, dict):
+            return []
+        if api == RESPONSES:
+            return _responses_turns(parsed.get("output"))
+        return [_chat_message_turn(choice.get("message")) for choice in _dicts(parsed.get("choices"))]
+    events = _sse_data(body)
+    if api == RESPONSES:
+        return _responses_turns(_responses_stream_output(events))
+    return _chat_stream_turns(events)
+
+
+def _dicts(value: Any) -> list[dict]:
+    return [item for item in value if isinstance(item, dict)] if isinstance(value, list) else []
+
+
+def _sse_data(body: bytes) -> Iterable[Any]:
+    for line in body.splitlines():
+        if line.startswith(b"data:") and not line[5:].lstrip().startswith(b"[DONE]"):
+            try:
+                yield orjson.loads(line[5:])
+            except orjson.JSONDecodeError:
+                continue
+
+
+def _chat_message_turn(message: Any) -> GivenTurn:
+    turn = GivenTurn()
+    if not isinstance(message, dict):
+        return turn
+    turn.reasoning = {name: message[name] for name in CHAT_REASONING_FIELDS if message.get(name)}
+    for call in _dicts(message.get("tool_calls")):
+        function = call.get("function") if isinstance(call.get("function"), dict) else {}
+        turn.calls.append((call.get("id"), function.get("name"), function.get("arguments")))
+    turn.text = message_text(message.get("content"))
+    return turn
+
+
+def _chat_stream_turns(events: Iterable[Any]) -> list[GivenTurn]:
+    """Accumulate each choice of a Chat stream the way the SDKs do."""
+    choices: dict[Any, dict[str, Any]] = {}
+    for chunk in events:
+        if not isinstance(chunk, dict):
+            continue
+        for choice in _dicts(chunk.get("choices")):
+            delta = choice.get("delta")
+            if not isinstance(delta, dict):
+                continue
+            acc = choices.setdefault(choice.get("index", 0), {"calls": {}, "details": []})
+            for name in ("reasoning_content", "reasoning", "content"):
+                if isinstance(delta.get(name), str):
+                    acc[name] = acc.get(name, "") + delta[name]
+            if isinstance(delta.get("reasoning_details"), list):
+                _merge_details(acc["details"], delta["reasoning_details"])
+            for entry in _dicts(delta.get("tool_calls")):
+                call = acc["calls"].setdefault(entry.get("index", len(acc["calls"])), ["", "", ""])
+                function = entry.get("function") if isinstance(entry.get("function"), dict) else {}
+                for slot, piece in enumerate((entry.get("id"), function.get("name"), function.get("arguments"))):
+                    if isinstance(piece, str):
+                        call[slot] += piece
+    turns = []
+    for acc in choices.values():
+        message = {name: acc.get(name) for name in ("reasoning_content", "reasoning", "content")}
+        message["reasoning_details"] = acc["details"]
+        message["tool_calls"] = [{"id": i, "function": {"name": n, "arguments": a}} for i, n, a in acc["calls"].values()]
+        turns.append(_chat_message_turn(message))
+    return turns
+
+
+def _merge_details(details: list[dict], pieces: list[Any]) -> None:
+    """OpenRouter-style `reasoning_details` stream as pieces that share an `index`: their text
+    fields are concatenated, as the clients that keep them do."""
+    for piece in pieces:
+        if not isinstance(piece, dict):
+            continue
+        index = piece.get("index")
+        same = next((d for d in details if index is not None and d.get("index") == index and d.get("type") == piece.get("type")), None)
+        if same is None:
+            details.append(dict(piece))
+            continue
+        for name, value in piece.items():
+            if isinstance(value, str) and isinstance(same.get(name), str) and name not in ("type", "id", "format"):
+                same[name] += value
+            elif name not in same:
+                same[name] = value
+
+
+def _responses_stream_output(events: Iterable[Any]) -> list[Any]:
+    done: dict[Any, Any] = {}
+    for event in events:
+        if not isinstance(event, dict):
+            continue
+        if event.get("type") in ("response.completed", "response.incomplete"):
+            response = event.get("response")
+            return response.get("output") if isinstance(response, dict) else []
+        if event.get("type") == "response.output_item.done":  # a stream cut before its end
+            done[event.get("output_index", len(done))] = event.get("item")
+    return [done[i] for i in sorted(done, key=lambda i: i if isinstance(i, int) else 0)]
+
+
+def _responses_turns(output: Any) -> list[GivenTurn]:
+    turn = GivenTurn()
+    reasoning_items = []
+    for item in _dicts(output):
+        kind = item.get("type")
+        if kind == "reasoning":
+            reasoning_items.append(item)
+        elif kind == "function_call":
+            turn.calls.append((item.get("call_id"), item.get("name"), item.get("arguments")))
+        elif kind == "message" and item.get("role", "assistant") == "assistant":
+            turn.text += message_text(item.get("content"))
+    if reasoning_items:
+        turn.reasoning = {"items": reasoning_items}
+    return [turn]
+
+
+# -- stores ----------------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class StoreStats:
+    entries: int = 0
+    bytes: int = 0
+    evicted: int = 0
+
+
+class LocalStore:
+    """In-process, least recently used first out, bounded by entries, bytes and age."""
+
+    shared = False
+
+    def __init__(self, max_entries: int, max_bytes: int, ttl: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.max_entries = max_entries
+        self.max_bytes = max_bytes
+        self.ttl = ttl
+        self._clock = clock
+        self._entries: OrderedDict[str, tuple[float, bytes]] = OrderedDict()
+        self.stats = StoreStats()
+
+    def get_many(self, keys: Iterable[str]) -> dict[str, bytes]:
+        now = self._clock()
+        found = {}
+        for key in keys:
+            entry = self._entries.get(key)
+            if entry is None:
+                continue
+            if now - entry[0] > self.ttl:
+                self._drop(key)
+                continue
+            self._entries.move_to_end(key)
+            found[key] = entry[1]
+        return found
+
+    def put_many(self, items: Mapping[str, bytes]) -> None:
+        now = self._clock()
+        for key, value in items.items():
+            if len(value) > self.max_bytes:
+                continue  # would evict everything else and still not fit
+            if key in self._entries:
+                self._drop(key)
+            self._entries[key] = (now, value)
+            self.stats.entries += 1
+            self.stats.bytes += len(value)
+        while self._entries and (self.stats.entries > self.max_entries or self.stats.bytes > self.max_bytes):
+            self._drop(next(iter(self._entries)))
+            self.stats.evicted += 1
+        # Age: the oldest entries sit at the front (a hit moves an entry back, but keeps its time).
+        while self._entries:
+            key, (stored, _) = next(iter(self._entries.items()))
+            if now - stored <= self.ttl:
+                break
+            self._drop(key)
+
+    def _drop(self, key: str) -> None:
+        _, value = self._entries.pop(key)
+        self.stats.entries -= 1
+        self.stats.bytes -= len(value)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
+class StoreUnreachable(Exception):
+    """The shared store did not answer in time or refused; the caller fails open."""
+
+
+class RedisStore:
+    """A Redis or Valkey server shared by any number of mitmdump workers. Entries expire by
+    age (`SET … EX`); entries and bytes are bounded by the server's own `maxmemory` policy
+    (the README's "Many workers" gives a configuration)."""
+
+    shared = True
+
+    def __init__(self, url: str, ttl: float, timeout: float, max_value_bytes: int) -> None:
+        import redis.asyncio  # only when asked for: the in-process store needs no client
+
+        self.url = url
+        self.ttl = max(1, int(ttl))
+        self.timeout = timeout
+        self.max_value_bytes = max_value_bytes
+        self._client = redis.asyncio.Redis.from_url(
+            url, socket_timeout=timeout, socket_connect_timeout=timeout, retry_on_timeout=False
+        )
+
+    async def get_many(self, keys: list[str]) -> dict[str, bytes]:
+        if not keys:
+            return {}
+        values = await self._bounded(self._client.mget(keys))
+        return {key: value for key, value in zip(keys, values) if value is not None}
+
+    async def put_many(self, items: Mapping[str, bytes]) -> None:
+        items = {key: value for key, value in items.items() if len(value) <= self.max_value_bytes}
+        if not items:
+            return
+        pipe = self._client.pipeline(transaction=False)
+        for key, value in items.items():
+            pipe.set(key, value, ex=self.ttl)
+        await self._bounded(pipe.execute())
+
+    async def _bounded(self, call):
+        try:
+            return await asyncio.wait_for(call, self.timeout)
+        except Exception as exc:  # refused, timed out, protocol error: all the same to the caller
+            raise StoreUnreachable(f"{type(exc).__name__}: {exc}") from None
+
+    async def close(self) -> None:
+        try:
+            await self._client.aclose()
+        except Exception:
+            pass
+
+
+class ConversationState:
+    """The store the addon uses, failing open: a store that cannot be reached answers "nothing
+    known" (the request goes as the client sent it) and a record that cannot be written is let
+    go. Counted; the first failure after a success is reported by `unreachable_news`."""
+
+    def __init__(self, store: LocalStore | RedisStore) -> None:
+        self.store = store
+        self.unreachable = 0  # lookups or writes that failed
+        self._down = False  # the last call failed: the next failure is no news
+        self._pending: set[asyncio.Task] = set()
+
+    @property
+    def shared(self) -> bool:
+        return self.store.shared
+
+    def get_local(self, keys: list[str]) -> dict[str, bytes]:
+        return self.store.get_many(keys) if keys else {}
+
+    async def get_shared(self, keys: list[str]) -> tuple[dict[str, bytes], StoreUnreachable | None]:
+        try:
+            found = await self.store.get_many(keys)
+        except StoreUnreachable as exc:
+            return {}, self._failed(exc)
+        self._down = False
+        return found, None
+
+    def put(self, items: dict[str, bytes], on_failure: Callable[[StoreUnreachable], None]) -> None:
+        """Store now (in-process) or in the background (shared: the stream goes on meanwhile)."""
+        if not items:
+            return
+        if not self.shared:
+            self.store.put_many(items)
+            return
+        task = asyncio.get_running_loop().create_task(self._put_shared(items, on_failure))
+        self._pending.add(task)  # the loop keeps only weak references to tasks
+        task.add_done_callback(self._pending.discard)
+
+    async def _put_shared(self, items: dict[str, bytes], on_failure: Callable[[StoreUnreachable], None]) -> None:
+        try:
+            await self.store.put_many(items)
+        except StoreUnreachable as exc:
+            news = self._failed(exc)
+            if news is not None:
+                on_failure(news)
+        else:
+            self._down = False
+
+    def _failed(self, exc: StoreUnreachable) -> StoreUnreachable | None:
+        """Count a failure; return it if it is news (the store worked, or nothing was tried yet)."""
+        self.unreachable += 1
+        news = None if self._down else exc
+        self._down = True
+        return news
+
+    async def flush(self) -> None:
+        """Wait for the writes under way (tests, shutdown)."""
+        if self._pending:
+            await asyncio.gather(*self._pending, return_exceptions=True)
