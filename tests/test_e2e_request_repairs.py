@@ -272,3 +272,48 @@ def test_responses_reasoning_items_come_back(upstream, openai_client, unique_mod
     sent = upstream.requests_for(model)[-1].json["input"]
     assert [item.get("type", "message") for item in sent] == ["message", "reasoning", "function_call", "function_call_output"]
     assert sent[1] == output[0].model_dump(exclude_none=True) | {"content": [{"type": "reasoning_text", "text": "Let me look."}]}
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'{"model": "kimi-k2", "messages": [',  # not JSON
+        b'{"model": "kimi-k2", "messages": [{"role": "user", "content": "\xff\xfe"}]}',  # not UTF-8
+        b'["kimi-k2"]',  # JSON, not an object
+        b'{"model": "kimi-k2", "messages": "not a list", "input": 7}',
+    ],
+)
+def test_unreadable_requests_pass_untouched_without_an_addon_error(upstream, proxy, unique_model, body):
+    upstream.add("/v1/chat/completions", chunks=[sse_body(final_turn("kimi-k2"))])
+    seen_lines = len(proxy.log_lines())
+    httpx.post(f"{proxy.base_url}/chat/completions", content=body, headers={"content-type": "application/json", "x-test": unique_model}, timeout=30)
+    [seen] = [r for r in upstream.requests if r.headers.get("x-test") == unique_model]
+    assert seen.body == body
+    new_lines = "\n".join(proxy.log_lines()[seen_lines:])
+    assert "Traceback" not in new_lines and "failed" not in new_lines and "Error" not in new_lines
+
+
+def test_ten_megabytes_of_history_with_odd_roles_and_colliding_ids(upstream, proxy, unique_model):
+    """Every 50th turn has a foreign id, some ids collide with Kimi numbers already taken, roles
+    the API does not know pass as they are; nothing is lost."""
+    model = f"kimi-k2-{unique_model}"
+    filler = "x" * 5000
+    messages = [{"role": "user", "content": "Go."}]
+    for n in range(2000):
+        call_id = f"call_{n}" if n % 50 == 0 else f"functions.bash:{n + 1}"
+        messages += [
+            {"role": "assistant", "content": None, "reasoning_content": filler[:100], "tool_calls": [{"id": call_id, "type": "function", "function": {"name": "bash", "arguments": "{}"}}]},
+            {"role": "tool", "tool_call_id": call_id, "content": filler},
+        ]
+    messages.append({"role": "narrator", "content": "an unknown role"})
+    body = json.dumps({"model": model, "messages": messages, "stream": True}).encode()
+    assert len(body) > 10_000_000
+    upstream.add(model, chunks=[sse_body(final_turn(model))])
+    httpx.post(f"{proxy.base_url}/chat/completions", content=body, headers={"content-type": "application/json"}, timeout=60)
+    sent = upstream.requests_for(model)[-1].json["messages"]
+    assert len(sent) == len(messages) and sent[-1] == messages[-1]
+    ids = [m["tool_calls"][0]["id"] for m in sent if m["role"] == "assistant"]
+    assert len(set(ids)) == len(ids) and all(i.startswith("functions.bash:") for i in ids)
+    assert [m["tool_call_id"] for m in sent if m["role"] == "tool"] == ids
+    assert ids[0] == "functions.bash:0" and ids[50] == "functions.bash:2001"  # 50 is taken by an original id
+    assert all(m.get("content") == filler for m in sent if m["role"] == "tool")

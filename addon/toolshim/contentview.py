@@ -41,13 +41,14 @@ def render_priority(content_type: str | None, flow: Any, http_message: Any) -> f
 
 def view_lines(data: bytes, flow: Any, http_message: Any) -> list[llm_view.Line]:
     api = responded_api(flow, http_message)
-    upstream, comment = None, None
+    upstream, comment, request_repairs = None, None, None
     if api is not None:
         info = flow.metadata.get(METADATA_KEY)
         kept = info.get("upstream") if isinstance(info, dict) else None
         upstream = kept if isinstance(kept, bytes) else None
+        request_repairs = info.get("request") if isinstance(info, dict) else None
         comment = flow.comment or None
-    return llm_view.render(data, api, upstream, comment)
+    return llm_view.render(data, api, upstream, comment, request_repairs=request_repairs)
 
 
 def description(flow: Any, http_message: Any) -> str:

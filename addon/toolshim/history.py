@@ -88,9 +88,12 @@ class HistoryRepair:
             del self.request["parallel_tool_calls"]
             self._changed(STRIP_PARALLEL, "parallel_tool_calls")
         orphans = self._orphans() if ORPHAN_RESULTS in self.repairs else []
-        renamed = self._kimi_ids() if KIMI_IDS in self.repairs else {}
-        for after, call_id in reversed(orphans):  # from the end: earlier positions stay valid
-            self.items.insert(after + 1, self._synthetic_result(renamed.get((after, call_id), call_id)))
+        if KIMI_IDS in self.repairs:
+            self._kimi_ids()
+        id_field = "call_id" if self.api == RESPONSES else "id"
+        for after, holder in reversed(orphans):  # from the end: earlier positions stay valid
+            call_id = holder[id_field]  # as renamed
+            self.items.insert(after + 1, self._synthetic_result(call_id))
             self._changed(ORPHAN_RESULTS, f"{self._items_key}[{after}]", call_id=call_id)
         if self._lost:  # last: Responses reasoning is inserted, found by identity, not position
             self._restore_reasoning(found, placeholder)
@@ -202,30 +205,17 @@ class HistoryRepair:
                 del spec["strict"]
                 self._changed(STRIP_STRICT, f"tools[{at}]")
 
-    def _orphans(self) -> list[tuple[int, str]]:
-        """(where the synthetic result goes after, the call's id) for each call no result follows."""
-        chat = self.api != RESPONSES
-        items = self.items
-        answered_later: set[str] = set()
-        orphans = []
-        # From the end, so "a result comes later" is known at each call.
-        for at in range(len(items) - 1, -1, -1):
-            item = items[at]
-            if not isinstance(item, dict):
-                continue
-            if chat and item.get("role") == "tool" or not chat and item.get("type") == "function_call_output":
-                result_id = item.get("tool_call_id" if chat else "call_id")
-                if isinstance(result_id, str):
-                    answered_later.add(result_id)
-                continue
-            calls = [(c.get("id"), c) for c in item.get("tool_calls") or () if isinstance(c, dict)] if chat and item.get("role") == "assistant" else []
-            if not chat and item.get("type") == "function_call":
-                calls = [(item.get("call_id"), item)]
-            for call_id, _ in calls:
-                if isinstance(call_id, str) and call_id not in answered_later:
-                    orphans.append((self._end_of_results(at), call_id))
-        orphans.sort(key=lambda orphan: orphan[0])
-        return orphans
+    def _orphans(self) -> list[tuple[int, dict[str, Any]]]:
+        """(where the synthetic result goes after, the dict holding the call's id) for each call
+        no result answers."""
+        _, answered = _match_results(self.items, self.api != RESPONSES)
+        return [
+            (self._end_of_results(at), holder)
+            for at, item in enumerate(self.items)
+            if isinstance(item, dict)
+            for _, holder, call_id, _ in _calls_of(item, at, self.api != RESPONSES)
+            if isinstance(call_id, str) and id(holder) not in answered
+        ]
 
     def _end_of_results(self, at: int) -> int:
         """The last item of the run of results (and, for Responses, further model items) after `at`."""
@@ -246,46 +236,29 @@ class HistoryRepair:
             return {"type": "function_call_output", "call_id": call_id, "output": NO_RESULT}
         return {"role": "tool", "tool_call_id": call_id, "content": NO_RESULT}
 
-    def _kimi_ids(self) -> dict[tuple[int, str], str]:
+    def _kimi_ids(self) -> None:
         """Rename every call id not of Kimi's form to `functions.NAME:IDX`, IDX counting the
         conversation's calls in order of appearance (the next free number where that one is
-        taken); results follow the call they answer (the latest call with that id before them).
-        Returns {(where the result of an orphan goes, old id): new id} for the synthetic results."""
+        taken); each result follows the call it answers (`_match_results`)."""
         chat = self.api != RESPONSES
-        items = self.items
-        taken = {int(m.group(2)) for _, _, call_id, _ in _calls_in(items, chat) if isinstance(call_id, str) and (m := KIMI_ID.fullmatch(call_id))}
-        current: dict[str, str] = {}
-        renamed_at: dict[tuple[int, str], str] = {}
-        count = 0
+        id_field, result_field = ("id", "tool_call_id") if chat else ("call_id", "call_id")
+        matched, _ = _match_results(self.items, chat)  # before any call is renamed
+        calls = _calls_in(self.items, chat)
+        taken = {int(m.group(2)) for _, _, call_id, _ in calls if isinstance(call_id, str) and (m := KIMI_ID.fullmatch(call_id))}
         next_free = max(taken, default=-1) + 1
-        for at, item in enumerate(items):
-            if not isinstance(item, dict):
+        for index, (where, holder, call_id, name) in enumerate(calls):
+            if not isinstance(call_id, str) or not isinstance(name, str) or not name or KIMI_ID.fullmatch(call_id):
                 continue
-            result_field = "tool_call_id" if chat else "call_id"
-            is_result = chat and item.get("role") == "tool" or not chat and item.get("type") == "function_call_output"
-            if is_result:
-                old = item.get(result_field)
-                if isinstance(old, str) and old in current and current[old] != old:
-                    item[result_field] = current[old]
-                    self._changed(KIMI_IDS, f"{self._items_key}[{at}].{result_field}", id=current[old])
-                continue
-            for where, holder, call_id, name in _calls_of(item, at, chat):
-                index = count
-                count += 1
-                if not isinstance(call_id, str) or not isinstance(name, str) or not name:
-                    continue
-                if KIMI_ID.fullmatch(call_id):
-                    current[call_id] = call_id
-                    continue
-                if index in taken:
-                    index, next_free = next_free, next_free + 1
-                taken.add(index)
-                new = f"functions.{name}:{index}"
-                current[call_id] = new
-                holder["id" if chat else "call_id"] = new
-                renamed_at[(self._end_of_results(at), call_id)] = new
-                self._changed(KIMI_IDS, f"{self._items_key}[{where}]", id=new)
-        return renamed_at
+            if index in taken:
+                index, next_free = next_free, next_free + 1
+            taken.add(index)
+            holder[id_field] = f"functions.{name}:{index}"
+            self._changed(KIMI_IDS, f"{self._items_key}[{where}]", id=holder[id_field])
+        for at, item in enumerate(self.items):
+            call = matched.get(id(item))
+            if call is not None and item[result_field] != call[id_field]:
+                item[result_field] = call[id_field]
+                self._changed(KIMI_IDS, f"{self._items_key}[{at}].{result_field}", id=call[id_field])
 
 
 def _function_of(call: dict[str, Any]) -> tuple[Any, Any]:
@@ -306,6 +279,34 @@ def _calls_of(item: dict[str, Any], at: int, chat: bool) -> list[tuple[str, dict
     if item.get("type") == "function_call":
         return [(str(at), item, item.get("call_id"), item.get("name"))]
     return []
+
+
+def _match_results(items: list[Any], chat: bool) -> tuple[dict[int, dict], set[int]]:
+    """Which call each result answers: the earliest call before it with its id that no result
+    answered yet, else (a result repeated) the latest call with its id. Returns {id(result):
+    call holder} and the ids of the answered holders."""
+    waiting: dict[str, list[dict]] = {}
+    latest: dict[str, dict] = {}
+    matched: dict[int, dict] = {}
+    answered: set[int] = set()
+    for at, item in enumerate(items):
+        if not isinstance(item, dict):
+            continue
+        if chat and item.get("role") == "tool" or not chat and item.get("type") == "function_call_output":
+            result_id = item.get("tool_call_id" if chat else "call_id")
+            if not isinstance(result_id, str):
+                continue
+            queue = waiting.get(result_id)
+            call = queue.pop(0) if queue else latest.get(result_id)
+            if call is not None:
+                matched[id(item)] = call
+                answered.add(id(call))
+            continue
+        for _, holder, call_id, _ in _calls_of(item, at, chat):
+            if isinstance(call_id, str):
+                waiting.setdefault(call_id, []).append(holder)
+                latest[call_id] = holder
+    return matched, answered
 
 
 def _calls_in(items: list[Any], chat: bool) -> list[tuple[str, dict, Any, Any]]:

@@ -8,6 +8,9 @@ mitmproxy adapter: this module imports nothing of mitmproxy.
 What is shown, top to bottom:
 
     toolshim: kimi → 2 calls (bash, read_file)       the flow's comment, when it has one
+    request repaired by toolshim                     when toolshim repaired the request:
+      reasoning  messages[1]                         one line per change (history.py), then
+      kimi_ids   messages[1].tool_calls[0]  id=…     the turns whose reasoning was not known
     client got (rewritten by toolshim)               the two titles only when the original
       events                                         upstream body was kept
             1  chunk   role=assistant  content ''
@@ -135,10 +138,13 @@ def render(
     comment: str | None = None,
     *,
     max_events: int = MAX_EVENT_LINES,
+    request_repairs: Any = None,
 ) -> list[Line]:
     """The view of a response body of `api` (CHAT or RESPONSES); with `upstream`, the original
-    body follows in a section of its own. Never raises."""
+    body follows in a section of its own; with `request_repairs` (flow.metadata's "request"),
+    what was changed in the request comes first. Never raises."""
     lines: list[Line] = [[(TITLE, row)] for row in (comment or "").splitlines()]  # a comment may have several lines
+    lines += _request_lines(request_repairs)
     if api not in (CHAT, RESPONSES):
         api = RESPONSES if b'"response.' in body or b'"object":"response"' in body else CHAT
         what = "a Responses API" if api == RESPONSES else "a Chat Completions"
@@ -155,6 +161,24 @@ def render(
         ]
     # Names, ids and event types come from the body too: none may break a line.
     return [[(style, _CONTROL.sub(_escaped_char, text)) for style, text in line] for line in lines]
+
+
+def _request_lines(info: Any) -> list[Line]:
+    """The request's repairs as flow.metadata keeps them: one line per change, then the misses."""
+    if not isinstance(info, dict):
+        return []
+    changes = [change for change in info.get("repairs") or () if isinstance(change, dict)]
+    missing = [at for at in info.get("reasoning_missing") or () if isinstance(at, str)]
+    if not changes and not missing:
+        return []
+    lines: list[Line] = [[(TITLE, "request repaired by toolshim")]]
+    for change in changes:
+        detail = [(FIELD, f"  {name}={value}") for name, value in change.items() if name not in ("repair", "at")]
+        lines.append([(EVENT, f"  {change.get('repair')}"), (FIELD, f"  {change.get('at')}"), *detail])
+    for at in missing:
+        lines.append([(NOTE, f"  reasoning not known for {at}: left as the client sent it")])
+    lines.append([])
+    return lines
 
 
 def plain_text(lines: Iterable[Line]) -> str:

@@ -1,0 +1,257 @@
+"""The request repairs and the conversation state, sans-IO (history.py, memory.py, backends.py)."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import orjson
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from toolshim.apis import CHAT, RESPONSES
+from toolshim.backends import REPAIRS, RepairPolicy, backend_for
+from toolshim.history import KIMI_ID, HistoryRepair
+from toolshim.memory import KeyMaker, LocalStore, turns_given
+
+from harness import sse_body
+from kimi import chunk
+
+ALL = frozenset(REPAIRS)
+KEYS = KeyMaker(b"cred", "Go.")
+
+
+def repaired(request, api=CHAT, repairs=ALL, model="kimi-k2", found=None, placeholder=""):
+    repair = HistoryRepair(request, api, repairs, backend_for(model), KEYS)
+    repair.apply(found or {}, placeholder)
+    return repair
+
+
+def call(call_id, name="bash", arguments="{}"):
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
+
+
+# -- the backend table and the option ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("model", "family", "wanted"),
+    [
+        ("moonshotai/Kimi-K2-Thinking", "kimi", {"reasoning", "kimi_ids", "orphan_results", "tool_content"}),
+        ("deepseek-reasoner", "deepseek", {"reasoning", "orphan_results"}),
+        ("zai-org/GLM-4.6", "glm", {"reasoning", "developer_role"}),
+        ("MiniMax-M2", "minimax", {"reasoning"}),
+        ("Qwen/Qwen3-Coder-480B", "qwen", {"developer_role", "tool_content"}),
+        ("openai/gpt-oss-120b", "gpt-oss", {"tool_content"}),
+        ("llama-3.3-70b", "", set()),
+    ],
+)
+def test_the_backend_table_picks_by_model_name(model, family, wanted):
+    backend = backend_for(model)
+    assert backend.family == family
+    assert RepairPolicy.parse("auto").repairs_for(backend) == wanted
+
+
+def test_the_option_adds_removes_and_turns_off():
+    kimi = backend_for("kimi-k2")
+    assert RepairPolicy.parse("off").repairs_for(kimi) == frozenset()
+    assert RepairPolicy.parse("auto,-kimi_ids").repairs_for(kimi) == {"reasoning", "orphan_results", "tool_content"}
+    assert RepairPolicy.parse("off,strip_strict").repairs_for(kimi) == {"strip_strict"}
+    assert RepairPolicy.parse("").repairs_for(kimi) == kimi.repairs
+    assert RepairPolicy.parse("strip_parallel_tool_calls").repairs_for(backend_for("llama")) == {"strip_parallel_tool_calls"}
+    with pytest.raises(ValueError, match="unknown term 'reasonings'"):
+        RepairPolicy.parse("reasonings")
+
+
+# -- reasoning round trip -------------------------------------------------------------------------
+
+
+def remembered(api, body, keys=KEYS, all_turns=False) -> LocalStore:
+    store = LocalStore(100, 1 << 20, 3600)
+    for turn in turns_given(api, body):
+        store.put_many(turn.records(keys, all_turns))
+    return store
+
+
+def test_what_the_client_was_sent_comes_back_under_each_of_its_calls():
+    body = sse_body([
+        chunk("k", {"role": "assistant", "reasoning_content": "Two ", "reasoning": "Two "}),
+        chunk("k", {"reasoning_content": "files.", "reasoning": "files."}),
+        chunk("k", {"tool_calls": [{"index": 0, "id": "functions.ls:0", "type": "function", "function": {"name": "ls", "arguments": '{"a":'}}]}),
+        chunk("k", {"tool_calls": [{"index": 0, "function": {"arguments": " 1}"}}]}),
+        chunk("k", {"tool_calls": [{"index": 1, "id": "functions.cat:1", "type": "function", "function": {"name": "cat", "arguments": "{}"}}]}, "tool_calls"),
+    ])
+    store = remembered(CHAT, body)
+    # The client re-serialised the arguments and kept only the second call's turn order.
+    request = {"messages": [{"role": "user", "content": "Go."}, {"role": "assistant", "content": None, "tool_calls": [call("functions.ls:0", "ls", '{ "a" : 1 }'), call("functions.cat:1", "cat")]}]}
+    repair = HistoryRepair(request, CHAT, frozenset({"reasoning"}), backend_for("kimi"), KEYS)
+    repair.apply(store.get_many(repair.wanted_keys()))
+    assert request["messages"][1]["reasoning_content"] == "Two files."
+    assert request["messages"][1]["reasoning"] == "Two files."
+    assert repair.changes == [{"repair": "reasoning", "at": "messages[1]"}] and repair.misses == []
+
+
+def test_other_conversations_and_credentials_do_not_match():
+    body = orjson.dumps({"choices": [{"message": {"reasoning_content": "secret", "tool_calls": [call("functions.ls:0")]}}]})
+    store = remembered(CHAT, body)
+    for keys in (KeyMaker(b"cred", "Another first message."), KeyMaker(b"other", "Go."), KeyMaker(b"", "Go.")):
+        request = {"messages": [{"role": "assistant", "tool_calls": [call("functions.ls:0")]}]}
+        repair = HistoryRepair(request, CHAT, frozenset({"reasoning"}), backend_for("kimi"), keys)
+        repair.apply(store.get_many(repair.wanted_keys()))
+        assert "reasoning_content" not in request["messages"][0] and repair.misses == ["messages[0]"]
+
+
+def test_a_miss_leaves_the_turn_as_it_is_unless_a_placeholder_is_asked_for():
+    request = {"messages": [{"role": "assistant", "tool_calls": [call("functions.ls:0")]}]}
+    repair = repaired(copy.deepcopy(request), repairs=frozenset({"reasoning"}))
+    assert repair.changes == [] and repair.misses == ["messages[0]"] and repair.request == request
+    repair = repaired(request, repairs=frozenset({"reasoning"}), placeholder="(reasoning not kept)")
+    assert request["messages"][0]["reasoning_content"] == "(reasoning not kept)"
+    assert repair.changes == [{"repair": "reasoning", "at": "messages[0]", "placeholder": True}]
+
+
+def test_turns_that_kept_their_reasoning_or_made_no_call_are_not_looked_up():
+    request = {"messages": [
+        {"role": "assistant", "reasoning_content": "kept", "tool_calls": [call("functions.a:0")]},
+        {"role": "assistant", "content": "An answer."},
+    ]}
+    assert HistoryRepair(request, CHAT, frozenset({"reasoning"}), backend_for("kimi"), KEYS).wanted_keys() == []
+    # DeepSeek wants answers back too.
+    assert len(HistoryRepair(request, CHAT, frozenset({"reasoning"}), backend_for("deepseek"), KEYS).wanted_keys()) == 1
+
+
+def test_responses_reasoning_items_go_before_the_turn_that_lost_them():
+    reasoning = {"type": "reasoning", "id": "rs_1", "summary": [], "content": [{"type": "reasoning_text", "text": "Look."}]}
+    output = {"output": [reasoning, {"type": "function_call", "call_id": "c1", "name": "ls", "arguments": "{}"}]}
+    store = remembered(RESPONSES, orjson.dumps(output))
+    request = {"input": [
+        {"role": "user", "content": "Go."},
+        {"type": "function_call", "call_id": "c1", "name": "ls", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "c1", "output": "x"},
+        {"role": "user", "content": "And?"},
+    ]}
+    repair = HistoryRepair(request, RESPONSES, frozenset({"reasoning"}), backend_for("kimi"), KEYS)
+    repair.apply(store.get_many(repair.wanted_keys()))
+    assert request["input"][1] == reasoning
+    assert [i.get("type", "message") for i in request["input"]] == ["message", "reasoning", "function_call", "function_call_output", "message"]
+
+
+# -- Kimi ids and hygiene -------------------------------------------------------------------------
+
+
+def test_kimi_ids_results_follow_the_call_they_answer_among_duplicates():
+    request = {"messages": [
+        {"role": "assistant", "tool_calls": [call("dup")]},
+        {"role": "tool", "tool_call_id": "dup", "content": "1"},
+        {"role": "assistant", "tool_calls": [call("dup", "cat")]},
+        {"role": "tool", "tool_call_id": "dup", "content": "2"},
+        {"role": "tool", "tool_call_id": "never-called", "content": "3"},
+    ]}
+    repaired(request, repairs=frozenset({"kimi_ids"}))
+    ids = [m.get("tool_call_id") or m["tool_calls"][0]["id"] for m in request["messages"]]
+    assert ids == ["functions.bash:0", "functions.bash:0", "functions.cat:1", "functions.cat:1", "never-called"]
+
+
+def test_kimi_ids_in_responses_items():
+    request = {"input": [
+        {"type": "function_call", "call_id": "call_9", "name": "ls", "arguments": "{}", "id": "fc_1"},
+        {"type": "function_call", "call_id": "functions.ls:0", "name": "ls", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "call_9", "output": "a"},
+    ]}
+    repair = repaired(request, api=RESPONSES, repairs=frozenset({"kimi_ids", "orphan_results"}))
+    assert [i["call_id"] for i in request["input"]] == ["functions.ls:1", "functions.ls:0", "functions.ls:1", "functions.ls:0"]
+    assert request["input"][0]["id"] == "fc_1"  # the item id is not a call id
+    assert request["input"][3] == {"type": "function_call_output", "call_id": "functions.ls:0", "output": "no result was returned"}
+    assert {c["repair"] for c in repair.changes} == {"kimi_ids", "orphan_results"}
+
+
+def test_hygiene_only_where_certain():
+    request = {
+        "messages": [
+            {"role": "developer", "content": "Be brief."},
+            {"role": "assistant", "tool_calls": [call("functions.a:0")]},
+            {"role": "tool", "tool_call_id": "functions.a:0", "content": [{"type": "image_url", "image_url": {"url": "x"}}]},
+            {"role": "tool", "tool_call_id": "functions.a:0"},
+        ],
+        "tools": [{"type": "function", "function": {"name": "a", "strict": True}}],
+        "parallel_tool_calls": True,
+    }
+    repair = repaired(request)
+    assert request["messages"][0]["role"] == "system"
+    assert request["messages"][2]["content"][0]["type"] == "image_url"  # not text: left as it is
+    assert request["messages"][3]["content"] == ""
+    assert "strict" not in request["tools"][0]["function"] and "parallel_tool_calls" not in request
+    assert {c["repair"] for c in repair.changes} == {"developer_role", "tool_content", "strip_strict", "strip_parallel_tool_calls"}
+
+
+# -- properties: never raises, a second pass changes nothing, ids well formed ---------------------
+
+ids = st.sampled_from(["call_1", "call_2", "functions.bash:0", "functions.bash:3", "toolu_x", "", None, 7])
+names = st.sampled_from(["bash", "read", "", None])
+json_values = st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=5), lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3), max_leaves=5)
+chat_messages = st.one_of(
+    st.fixed_dictionaries({"role": st.just("assistant"), "tool_calls": st.lists(st.builds(lambda i, n: {"id": i, "type": "function", "function": {"name": n, "arguments": "{}"}}, ids, names), max_size=3)}),
+    st.fixed_dictionaries({"role": st.just("tool"), "tool_call_id": ids, "content": st.one_of(st.text(max_size=5), st.lists(st.fixed_dictionaries({"type": st.sampled_from(["text", "image"]), "text": st.text(max_size=3)}), max_size=2), st.none())}),
+    st.fixed_dictionaries({"role": st.sampled_from(["user", "developer", "system", "wizard"]), "content": st.text(max_size=5)}),
+    json_values,
+)
+responses_items = st.one_of(
+    st.builds(lambda i, n: {"type": "function_call", "call_id": i, "name": n, "arguments": "{}"}, ids, names),
+    st.builds(lambda i: {"type": "function_call_output", "call_id": i, "output": "x"}, ids),
+    st.fixed_dictionaries({"type": st.just("reasoning"), "summary": st.just([])}),
+    st.fixed_dictionaries({"role": st.sampled_from(["user", "assistant", "developer"]), "content": st.text(max_size=5)}),
+    json_values,
+)
+
+
+@given(st.lists(chat_messages, max_size=8), st.sampled_from(["kimi-k2", "deepseek-v4", "qwen3"]), st.booleans())
+def test_chat_repairs_never_raise_and_a_second_pass_changes_nothing(messages, model, placeholder):
+    request = {"messages": messages, "tools": [{"function": {"strict": True}}], "parallel_tool_calls": False}
+    repaired(request, model=model, placeholder="p" if placeholder else "")
+    once = copy.deepcopy(request)
+    again = repaired(request, model=model, placeholder="p" if placeholder else "")
+    assert again.changes == [] and request == once
+    for message in request["messages"]:
+        for entry in message.get("tool_calls") or () if isinstance(message, dict) and message.get("role") == "assistant" else ():
+            if isinstance(entry["id"], str) and isinstance(entry["function"]["name"], str) and entry["function"]["name"]:
+                assert KIMI_ID.fullmatch(entry["id"])
+    json.dumps(request)  # still plain JSON
+
+
+@given(st.lists(responses_items, max_size=8), st.sampled_from(["kimi-k2", "minimax-m2", "glm-4.6"]))
+def test_responses_repairs_never_raise_and_a_second_pass_changes_nothing(items, model):
+    request = {"input": items}
+    repaired(request, api=RESPONSES, model=model)
+    once = copy.deepcopy(request)
+    assert repaired(request, api=RESPONSES, model=model).changes == [] and request == once
+
+
+@given(json_values)
+def test_any_json_request_is_survived(request):
+    repair = HistoryRepair(request if isinstance(request, dict) else {"messages": request}, CHAT, ALL, backend_for("kimi"), KEYS)
+    repair.apply({})
+
+
+# -- the in-process store -------------------------------------------------------------------------
+
+
+class Clock:
+    now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_the_local_store_is_bounded_by_entries_bytes_and_age():
+    clock = Clock()
+    store = LocalStore(max_entries=3, max_bytes=10, ttl=60, clock=clock)
+    store.put_many({"a": b"1", "b": b"2", "c": b"3"})
+    store.get_many(["a"])  # a is now the most recently used
+    store.put_many({"d": b"4"})
+    assert set(store.get_many("abcd")) == {"a", "c", "d"} and store.stats.evicted == 1
+    store.put_many({"e": b"123456789"})  # 12 bytes in all: the least recently used go
+    assert set(store.get_many("acde")) == {"d", "e"} and store.stats.bytes == 10
+    store.put_many({"huge": b"x" * 11})  # larger than the whole store: not kept
+    assert store.get_many(["huge"]) == {}
+    clock.now = 61
+    assert store.get_many(["d", "e"]) == {} and len(store) == 0 and store.stats.bytes == 0
