@@ -5,6 +5,8 @@ its figure (markdown, ready for the README), and the machine it ran on.
     scaling      time per byte as a call's arguments or a text grow to 1 MB (bench/core.py)
     end to end   a real mitmdump with the addon against one that only streams (bench/e2e.py):
                  CPU, added latency, memory per open stream
+    requests     request repairs of a long history, the cost of a request needing none, the
+                 in-process state's bounds (bench/requests.py)
 
 `--quick` runs smaller sizes (a minute or so) to try a change; the README's table is a full run.
 """
@@ -20,6 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import core  # noqa: E402
 import e2e  # noqa: E402
+import requests  # noqa: E402  (bench/requests.py, not the HTTP library)
 from table import markdown  # noqa: E402
 
 
@@ -37,7 +40,7 @@ def machine() -> str:
 
 def main() -> int:
     quick = "--quick" in sys.argv[1:]
-    rows = core.run(quick) + e2e.run(quick)
+    rows = core.run(quick) + e2e.run(quick) + requests.run(quick)
     print(markdown(rows))
     print()
     print(f"Machine: {machine()}{' (quick run)' if quick else ''}")

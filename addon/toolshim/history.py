@@ -78,18 +78,17 @@ class HistoryRepair:
 
     def apply(self, found: Mapping[str, bytes], placeholder: str = "") -> bool:
         """Make every repair; returns whether the request changed."""
-        if TOOL_CONTENT in self.repairs:
-            self._tool_content()
-        if DEVELOPER_ROLE in self.repairs:
-            self._developer_role()
+        if self.repairs & {TOOL_CONTENT, DEVELOPER_ROLE}:
+            self._message_hygiene(TOOL_CONTENT in self.repairs, DEVELOPER_ROLE in self.repairs)
         if STRIP_STRICT in self.repairs:
             self._strip_strict()
         if STRIP_PARALLEL in self.repairs and "parallel_tool_calls" in self.request:
             del self.request["parallel_tool_calls"]
             self._changed(STRIP_PARALLEL, "parallel_tool_calls")
-        orphans = self._orphans() if ORPHAN_RESULTS in self.repairs else []
+        links = _link(self.items, self.api != RESPONSES) if self.repairs & {ORPHAN_RESULTS, KIMI_IDS} else None
+        orphans = self._orphans(links) if ORPHAN_RESULTS in self.repairs else []
         if KIMI_IDS in self.repairs:
-            self._kimi_ids()
+            self._kimi_ids(links)
         id_field = "call_id" if self.api == RESPONSES else "id"
         for after, holder in reversed(orphans):  # from the end: earlier positions stay valid
             call_id = holder[id_field]  # as renamed
@@ -175,27 +174,27 @@ class HistoryRepair:
 
     # -- hygiene ----------------------------------------------------------------------------------
 
-    def _tool_content(self) -> None:
+    def _message_hygiene(self, tool_content: bool, developer_role: bool) -> None:
+        """Tool results as plain text (parts flattened when all are text, missing content
+        filled), and `developer` sent as `system`: one pass over the history."""
         chat = self.api != RESPONSES
-        field_name = "content" if chat else "output"
+        result_field = "content" if chat else "output"
         for at, item in enumerate(self.items):
             if not isinstance(item, dict):
                 continue
-            if (item.get("role") if chat else item.get("type")) != ("tool" if chat else "function_call_output"):
-                continue
-            value = item.get(field_name)
-            if value is None:
-                item[field_name] = ""
-                self._changed(TOOL_CONTENT, f"{self._items_key}[{at}]", filled=True)
-            elif isinstance(value, list) and all(_is_text_part(part) for part in value):
-                item[field_name] = "\n".join(part["text"] for part in value)
-                self._changed(TOOL_CONTENT, f"{self._items_key}[{at}]", flattened=len(value))
-
-    def _developer_role(self) -> None:
-        for at, item in enumerate(self.items):
-            if isinstance(item, dict) and item.get("role") == "developer":
+            role = item.get("role")
+            if developer_role and role == "developer":
                 item["role"] = "system"
                 self._changed(DEVELOPER_ROLE, f"{self._items_key}[{at}]")
+            if not tool_content or (role != "tool" if chat else item.get("type") != "function_call_output"):
+                continue
+            value = item.get(result_field)
+            if value is None:
+                item[result_field] = ""
+                self._changed(TOOL_CONTENT, f"{self._items_key}[{at}]", filled=True)
+            elif isinstance(value, list) and all(_is_text_part(part) for part in value):
+                item[result_field] = "\n".join(part["text"] for part in value)
+                self._changed(TOOL_CONTENT, f"{self._items_key}[{at}]", flattened=len(value))
 
     def _strip_strict(self) -> None:
         tools = self.request.get("tools")
@@ -205,16 +204,13 @@ class HistoryRepair:
                 del spec["strict"]
                 self._changed(STRIP_STRICT, f"tools[{at}]")
 
-    def _orphans(self) -> list[tuple[int, dict[str, Any]]]:
+    def _orphans(self, links: _Links) -> list[tuple[int, dict[str, Any]]]:
         """(where the synthetic result goes after, the dict holding the call's id) for each call
         no result answers."""
-        _, answered = _match_results(self.items, self.api != RESPONSES)
         return [
-            (self._end_of_results(at), holder)
-            for at, item in enumerate(self.items)
-            if isinstance(item, dict)
-            for _, holder, call_id, _ in _calls_of(item, at, self.api != RESPONSES)
-            if isinstance(call_id, str) and id(holder) not in answered
+            (self._end_of_results(call.at), call.holder)
+            for call in links.calls
+            if isinstance(call.id, str) and id(call.holder) not in links.answered
         ]
 
     def _end_of_results(self, at: int) -> int:
@@ -236,28 +232,29 @@ class HistoryRepair:
             return {"type": "function_call_output", "call_id": call_id, "output": NO_RESULT}
         return {"role": "tool", "tool_call_id": call_id, "content": NO_RESULT}
 
-    def _kimi_ids(self) -> None:
+    def _kimi_ids(self, links: _Links) -> None:
         """Rename every call id not of Kimi's form to `functions.NAME:IDX`, IDX counting the
         conversation's calls in order of appearance (the next free number where that one is
-        taken); each result follows the call it answers (`_match_results`)."""
+        taken); each result follows the call it answers (`_link`)."""
         chat = self.api != RESPONSES
         id_field, result_field = ("id", "tool_call_id") if chat else ("call_id", "call_id")
-        matched, _ = _match_results(self.items, chat)  # before any call is renamed
-        calls = _calls_in(self.items, chat)
-        taken = {int(m.group(2)) for _, _, call_id, _ in calls if isinstance(call_id, str) and (m := KIMI_ID.fullmatch(call_id))}
+        kimi_form = [isinstance(call.id, str) and KIMI_ID.fullmatch(call.id) for call in links.calls]
+        taken = {int(m.group(2)) for m in kimi_form if m}
         next_free = max(taken, default=-1) + 1
-        for index, (where, holder, call_id, name) in enumerate(calls):
-            if not isinstance(call_id, str) or not isinstance(name, str) or not name or KIMI_ID.fullmatch(call_id):
+        for index, call in enumerate(links.calls):
+            name = call.name
+            if kimi_form[index] or not isinstance(call.id, str) or not isinstance(name, str) or not name:
                 continue
             if index in taken:
                 index, next_free = next_free, next_free + 1
             taken.add(index)
-            holder[id_field] = f"functions.{name}:{index}"
-            self._changed(KIMI_IDS, f"{self._items_key}[{where}]", id=holder[id_field])
-        for at, item in enumerate(self.items):
-            call = matched.get(id(item))
-            if call is not None and item[result_field] != call[id_field]:
-                item[result_field] = call[id_field]
+            call.holder[id_field] = f"functions.{name}:{index}"
+            where = f"[{call.at}].tool_calls[{call.n}]" if chat else f"[{call.at}]"
+            self._changed(KIMI_IDS, self._items_key + where, id=call.holder[id_field])
+        for at, result in links.results:
+            call = links.matched.get(id(result))
+            if call is not None and result[result_field] != call[id_field]:
+                result[result_field] = call[id_field]
                 self._changed(KIMI_IDS, f"{self._items_key}[{at}].{result_field}", id=call[id_field])
 
 
@@ -266,51 +263,58 @@ def _function_of(call: dict[str, Any]) -> tuple[Any, Any]:
     return function.get("name"), function.get("arguments")
 
 
-def _calls_of(item: dict[str, Any], at: int, chat: bool) -> list[tuple[str, dict, Any, Any]]:
-    """(position, the dict holding the id, id, name) of each call an item makes."""
-    if chat:
-        if item.get("role") != "assistant":
-            return []
-        return [
-            (f"{at}].tool_calls[{n}", call, call.get("id"), _function_of(call)[0])
-            for n, call in enumerate(item.get("tool_calls") or ())
-            if isinstance(call, dict)
-        ]
-    if item.get("type") == "function_call":
-        return [(str(at), item, item.get("call_id"), item.get("name"))]
-    return []
+@dataclass(slots=True)
+class _Call:
+    at: int  # the item
+    n: int  # Chat: the entry of tool_calls
+    holder: dict[str, Any]  # the dict holding the id
+    id: Any
+    name: Any
 
 
-def _match_results(items: list[Any], chat: bool) -> tuple[dict[int, dict], set[int]]:
-    """Which call each result answers: the earliest call before it with its id that no result
-    answered yet, else (a result repeated) the latest call with its id. Returns {id(result):
-    call holder} and the ids of the answered holders."""
+@dataclass(slots=True)
+class _Links:
+    calls: list[_Call]
+    results: list[tuple[int, dict[str, Any]]]  # (position, result item) of results with a string id
+    matched: dict[int, dict[str, Any]]  # id(result) -> the holder of the call it answers
+    answered: set[int]  # id(holder) of the calls some result answers
+
+
+def _link(items: list[Any], chat: bool) -> _Links:
+    """The calls and results of a history, and which call each result answers: the earliest
+    call before it with its id that no result answered yet, else (a result repeated) the
+    latest call with its id."""
+    links = _Links([], [], {}, set())
     waiting: dict[str, list[dict]] = {}
     latest: dict[str, dict] = {}
-    matched: dict[int, dict] = {}
-    answered: set[int] = set()
     for at, item in enumerate(items):
         if not isinstance(item, dict):
             continue
-        if chat and item.get("role") == "tool" or not chat and item.get("type") == "function_call_output":
+        role, kind = item.get("role"), item.get("type")
+        if chat and role == "tool" or not chat and kind == "function_call_output":
             result_id = item.get("tool_call_id" if chat else "call_id")
             if not isinstance(result_id, str):
                 continue
+            links.results.append((at, item))
             queue = waiting.get(result_id)
             call = queue.pop(0) if queue else latest.get(result_id)
             if call is not None:
-                matched[id(item)] = call
-                answered.add(id(call))
+                links.matched[id(item)] = call
+                links.answered.add(id(call))
             continue
-        for _, holder, call_id, _ in _calls_of(item, at, chat):
-            if isinstance(call_id, str):
-                waiting.setdefault(call_id, []).append(holder)
-                latest[call_id] = holder
-    return matched, answered
-
-
-def _calls_in(items: list[Any], chat: bool) -> list[tuple[str, dict, Any, Any]]:
-    return [call for at, item in enumerate(items) if isinstance(item, dict) for call in _calls_of(item, at, chat)]
+        if chat and role == "assistant":
+            entries = item.get("tool_calls")
+            found = [_Call(at, n, c, c.get("id"), _function_of(c)[0]) for n, c in enumerate(entries if isinstance(entries, list) else ()) if isinstance(c, dict)]
+        elif not chat and kind == "function_call":
+            found = [_Call(at, 0, item, item.get("call_id"), item.get("name"))]
+        else:
+            continue
+        for call in found:
+            links.calls.append(call)
+            if isinstance(call.id, str):
+                waiting.setdefault(call.id, []).append(call.holder)
+                latest[call.id] = call.holder
+    return links
 
 
 def _model_runs(items: list[Any]) -> list[tuple[int, list[dict[str, Any]]]]:

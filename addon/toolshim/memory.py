@@ -71,18 +71,15 @@ def first_user_text(request: Mapping[str, Any]) -> str:
     return ""
 
 
-def canonical_arguments(arguments: Any) -> bytes:
-    """Arguments as JSON with sorted keys (LangChain and others re-serialise what they got);
-    text that is not JSON as it is."""
+def _parsed_arguments(arguments: Any) -> Any:
+    """Arguments as JSON values (LangChain and others re-serialise what they got: other spacing,
+    other key order); text that is not JSON stays text."""
     if isinstance(arguments, str):
         try:
-            arguments = orjson.loads(arguments)
+            return orjson.loads(arguments)
         except orjson.JSONDecodeError:
-            return arguments.encode("utf-8", "surrogateescape")
-    try:
-        return orjson.dumps(arguments, option=orjson.OPT_SORT_KEYS)
-    except TypeError:
-        return repr(arguments).encode()
+            return arguments
+    return arguments
 
 
 class KeyMaker:
@@ -90,26 +87,28 @@ class KeyMaker:
 
     def __init__(self, scope: bytes, anchor: str) -> None:
         self._base = hashlib.blake2b(digest_size=20, person=b"toolshim-turn")
-        self._base.update(len(scope).to_bytes(4, "big") + scope)
-        self._base.update(anchor.encode("utf-8", "surrogateescape") + b"\x00")
+        # Length-prefixed: no scope and anchor pair can spell another's.
+        self._base.update(len(scope).to_bytes(4, "big") + scope + anchor.encode("utf-8", "surrogateescape"))
 
     @classmethod
     def for_request(cls, request: Mapping[str, Any], headers: Mapping[str, str]) -> KeyMaker:
         return cls(credential_scope(headers), first_user_text(request))
 
-    def _key(self, *parts: bytes) -> str:
-        digest = self._base.copy()
-        for part in parts:
-            digest.update(len(part).to_bytes(4, "big") + part)
+    def _key(self, parts: list[Any]) -> str:
+        digest = self._base.copy()  # the anchor, however long, is hashed once per request
+        try:
+            digest.update(orjson.dumps(parts, option=orjson.OPT_SORT_KEYS))  # a JSON array: unambiguous
+        except TypeError:  # not JSON (a stray float NaN, a huge integer): its repr names it
+            digest.update(repr(parts).encode("utf-8", "surrogateescape"))
         return KEY_PREFIX + digest.hexdigest()
 
     def call(self, call_id: Any, name: Any, arguments: Any) -> str:
         """A tool-call turn, by one of its calls."""
-        return self._key(b"call", str(call_id).encode("utf-8", "surrogateescape"), str(name).encode("utf-8", "surrogateescape"), canonical_arguments(arguments))
+        return self._key(["call", call_id, name, _parsed_arguments(arguments)])
 
     def answer(self, text: str) -> str:
         """A turn without calls, by its text."""
-        return self._key(b"answer", text.strip().encode("utf-8", "surrogateescape"))
+        return self._key(["answer", text.strip()])
 
 
 # -- what the client was given ---------------------------------------------------------------------

@@ -1,0 +1,108 @@
+"""Request repairs: what they add to a request, and what the conversation state holds.
+
+    repair of a 200-message, 1 MB Kimi history   the work after the one parse that decides
+                                                  (lookups, repairs, serialising), median
+    a request that needs nothing                  the work after that parse, median
+    in-process state                              entries and bytes after many more records
+                                                  than its bounds allow
+
+Run alone with `.venv/bin/python bench/requests.py`, or as part of `bench/run.py`.
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import orjson
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from table import Row  # noqa: E402
+from toolshim.apis import CHAT  # noqa: E402
+from toolshim.backends import RepairPolicy, backend_for  # noqa: E402
+from toolshim.history import HistoryRepair  # noqa: E402
+from toolshim.memory import KeyMaker, LocalStore, turns_given  # noqa: E402
+
+POLICY = RepairPolicy.parse("auto")
+HEADERS = {"authorization": "Bearer sk-bench"}
+
+
+def kimi_history(turns: int = 100, size: int = 1 << 20) -> tuple[bytes, LocalStore]:
+    """A request of 2 x `turns` messages and about `size` bytes whose assistant turns all lost
+    their reasoning (as opencode sends them), half of them with foreign ids; and a state that
+    holds the reasoning of every turn, as toolshim remembered it from the responses."""
+    filler = "y" * (size // turns)
+    messages = [{"role": "user", "content": "Refactor the parser."}]
+    keys = KeyMaker.for_request({"messages": messages}, HEADERS)
+    store = LocalStore(100_000, 1 << 30, 3600)
+    for n in range(turns - 1):
+        call_id = f"call_{n:04d}" if n % 2 else f"functions.bash:{n}"
+        call = {"id": call_id, "type": "function", "function": {"name": "bash", "arguments": orjson.dumps({"command": f"grep -n {n} src"}).decode()}}
+        given = orjson.dumps({"choices": [{"message": {"reasoning_content": f"Step {n}: " + filler[:400], "tool_calls": [call]}}]})
+        for turn in turns_given(CHAT, given):
+            store.put_many(turn.records(keys, all_turns=False))
+        messages += [{"role": "assistant", "content": None, "tool_calls": [call]}, {"role": "tool", "tool_call_id": call_id, "content": filler}]
+    messages.append({"role": "user", "content": "Go on."})
+    return orjson.dumps({"model": "moonshotai/Kimi-K2-Thinking", "messages": messages, "stream": True}), store
+
+
+def repair_seconds(body: bytes, store: LocalStore, rounds: int) -> tuple[float, float, int]:
+    """(median seconds of the repair after the parse, median seconds of the parse, changes)."""
+    repairs, parses, changes = [], [], 0
+    for _ in range(rounds):
+        start = time.perf_counter()
+        request = orjson.loads(body)  # the one parse the addon makes anyway
+        parsed = time.perf_counter()
+        backend = backend_for(request["model"])
+        repair = HistoryRepair(request, CHAT, POLICY.repairs_for(backend), backend, KeyMaker.for_request(request, HEADERS))
+        if repair.apply(store.get_many(repair.wanted_keys())):
+            out = orjson.dumps(request)
+        done = time.perf_counter()
+        repairs.append(done - parsed)
+        parses.append(parsed - start)
+        changes = len(repair.changes)
+    assert out != body and b"reasoning_content" in out
+    return statistics.median(repairs), statistics.median(parses), changes
+
+
+def untouched_seconds(body: bytes, rounds: int) -> float:
+    """What a request to a model that needs nothing costs after the parse: the table lookup."""
+    times = []
+    for _ in range(rounds):
+        request = orjson.loads(body)
+        start = time.perf_counter()
+        assert not POLICY.repairs_for(backend_for(request["model"]))
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def state_bounds(records: int) -> tuple[int, int, LocalStore]:
+    store = LocalStore(max_entries=10_000, max_bytes=8 << 20, ttl=3600)
+    value = orjson.dumps({"reasoning_content": "z" * 2000})
+    for n in range(records):
+        store.put_many({f"toolshim:reasoning:{n:040x}": value})
+    return len(store), store.stats.bytes, store
+
+
+def run(quick: bool = False) -> list[Row]:
+    rounds = 15 if quick else 60
+    body, store = kimi_history()
+    repair, parse, changes = repair_seconds(body, store, rounds)
+    plain = orjson.dumps({**orjson.loads(body), "model": "llama-3.3-70b"})
+    nothing = untouched_seconds(plain, rounds)
+    entries, held, bounded = state_bounds(20_000 if quick else 100_000)
+    return [
+        Row("requests", f"repair of a 200-message, {len(body) / 1e6:.1f} MB Kimi history ({changes} changes: reasoning, ids), added after the parse, median", f"{repair * 1e3:.2f} ms", "<= 1 ms", repair <= 1e-3),
+        Row("requests", "the parse that decides (made for every LLM request, before and without repairs), median", f"{parse * 1e3:.2f} ms"),
+        Row("requests", "a request to a model that needs nothing: work after the parse (no re-serialisation, byte for byte)", f"{nothing * 1e6:.1f} us", "no re-serialisation", True),
+        Row("requests", f"in-process state after {bounded.stats.evicted + entries:,} records of 2 KB (bounds 10,000 entries, 8 MB)", f"{entries:,} entries, {held / 2**20:.1f} MB", "<= the bounds", entries <= 10_000 and held <= 8 << 20),
+    ]
+
+
+if __name__ == "__main__":
+    from table import markdown
+
+    print(markdown(run("--quick" in sys.argv[1:])))
