@@ -6,7 +6,7 @@ its figure (markdown, ready for the README), and the machine it ran on.
     end to end   a real mitmdump with the addon against one that only streams (bench/e2e.py):
                  CPU, added latency, memory per open stream
     requests     request repairs of a long history, the cost of a request needing none, the
-                 in-process state's bounds (bench/requests.py)
+                 in-process state's bounds (bench/request_repairs.py)
 
 `--quick` runs smaller sizes (a minute or so) to try a change; the README's table is a full run.
 """
@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import core  # noqa: E402
 import e2e  # noqa: E402
-import requests  # noqa: E402  (bench/requests.py, not the HTTP library)
+import request_repairs  # noqa: E402
 from table import markdown  # noqa: E402
 
 
@@ -40,7 +40,7 @@ def machine() -> str:
 
 def main() -> int:
     quick = "--quick" in sys.argv[1:]
-    rows = core.run(quick) + e2e.run(quick) + requests.run(quick)
+    rows = core.run(quick) + e2e.run(quick) + request_repairs.run(quick)
     print(markdown(rows))
     print()
     print(f"Machine: {machine()}{' (quick run)' if quick else ''}")

@@ -6,7 +6,7 @@
     in-process state                              entries and bytes after many more records
                                                   than its bounds allow
 
-Run alone with `.venv/bin/python bench/requests.py`, or as part of `bench/run.py`.
+Run alone with `.venv/bin/python bench/request_repairs.py`, or as part of `bench/run.py`.
 """
 
 from __future__ import annotations
