@@ -225,6 +225,25 @@ def test_the_result_pretty_prints_arguments_and_keeps_what_is_not_json() -> None
     assert "  finish_reason: tool_calls" in result
 
 
+def test_the_request_repairs_come_first_then_the_turns_not_restored() -> None:
+    body = sse_body([chunk({"content": "Hi."}, "stop")])
+    info = {
+        "repairs": [{"repair": "reasoning", "at": "messages[1]"}, {"repair": "kimi_ids", "at": "messages[1].tool_calls[0]", "id": "functions.bash:0"}],
+        "reasoning_missing": ["messages[3]"],
+        "original": b"{}",
+    }
+    lines = llm_view.plain_text(render(body, CHAT, comment="toolshim: request: reasoning restored", request_repairs=info)).splitlines()
+    assert lines[:6] == [
+        "toolshim: request: reasoning restored",
+        "request repaired by toolshim",
+        "  reasoning  messages[1]",
+        "  kimi_ids  messages[1].tool_calls[0]  id=functions.bash:0",
+        "  reasoning not known for messages[3]: left as the client sent it",
+        "",
+    ]
+    assert llm_view.plain_text(render(body, CHAT, request_repairs={"repairs": "garbage"})) == llm_view.plain_text(render(body, CHAT))
+
+
 def test_mirrored_reasoning_fields_are_shown_once() -> None:
     body = sse_body([chunk({"reasoning": "Hmm.", "reasoning_content": "Hmm."}), chunk({"content": "Hi."}, "stop")])
     text = llm_view.plain_text(render(body, CHAT))
