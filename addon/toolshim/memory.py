@@ -362,7 +362,9 @@ class RedisStore:
     async def _bounded(self, call):
         try:
             return await asyncio.wait_for(call, self.timeout)
-        except Exception as exc:  # refused, timed out, protocol error: all the same to the caller
+        except TimeoutError:
+            raise StoreUnreachable(f"no answer within {self.timeout * 1000:.0f} ms") from None
+        except Exception as exc:  # refused, protocol error: all the same to the caller
             raise StoreUnreachable(f"{type(exc).__name__}: {exc}") from None
 
     async def close(self) -> None:
