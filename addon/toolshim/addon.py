@@ -26,7 +26,7 @@ import orjson
 from mitmproxy import command, ctx, exceptions, flowfilter, http
 
 from . import contentview
-from .apis import METADATA_KEY, RESPONSES, api_of
+from .apis import MESSAGES, METADATA_KEY, RESPONSES, api_of
 from .backends import REASONING, REPAIRS, RepairPolicy, backend_for
 from .calls import RewriteStats
 from .chat import ChatStreamRewriter, rewrite_chat_completion
@@ -34,6 +34,7 @@ from .emulation import EmulatedRequest, emulate_request
 from .encoding import Decoder, incremental_decoder
 from .history import HistoryRepair
 from .lexers import DIALECT_NAMES
+from .messages import MessagesStreamRewriter, rewrite_messages_body
 from .memory import ConversationState, KeyMaker, LocalStore, RedisStore, StoreUnreachable, turns_given
 from .report import MARK_REWRITTEN, FlowOutcome, SessionCounters, request_comment, tally
 from .responses import ResponsesStreamRewriter, rewrite_response_body
@@ -198,7 +199,7 @@ class ToolShim:
             "",
             "A mitmproxy filter expression, evaluated on the request, that narrows which "
             "Chat Completions flows are repaired (for example '~d api.example.com & ~u /v1/'). "
-            "Empty: every POST to a path ending in /chat/completions or /responses.",
+            "Empty: every POST to a path ending in /chat/completions, /responses or /v1/messages.",
         )
         loader.add_option(
             "toolshim_max_held",
@@ -271,6 +272,14 @@ class ToolShim:
             "clients and openai-node reject it: turn it on only for clients that wait for it.",
         )
 
+        loader.add_option(
+            "toolshim_sign_thinking",
+            bool,
+            True,
+            "Anthropic Messages: a thinking block that ends without a signature (one toolshim "
+            "made from <think>, or upstream's unsigned one) gets an empty signature_delta; "
+            "Claude Code drops unsigned thinking. Signatures are never invented otherwise.",
+        )
         loader.add_option(
             "toolshim_request_repairs",
             str,
@@ -530,7 +539,7 @@ class ToolShim:
             log_url(flow),
             ctx.options.toolshim_keep_upstream,
             on_terminal=self._remembering(flow, state),
-            terminal_marker=b"response.completed" if state.api == RESPONSES else b"[DONE]",
+            terminal_marker={RESPONSES: b"response.completed", MESSAGES: b"message_stop"}.get(state.api, b"[DONE]"),
         )
         response.stream = state.stream
 
@@ -579,6 +588,8 @@ class ToolShim:
 
     @staticmethod
     def _stream_rewriter(state: FlowState) -> SseRewriter:
+        if state.api == MESSAGES:
+            return MessagesStreamRewriter(state.context, max_held=ctx.options.toolshim_max_held, sign_thinking=ctx.options.toolshim_sign_thinking)
         if state.api == RESPONSES:
             return ResponsesStreamRewriter(
                 state.context,
@@ -607,9 +618,13 @@ class ToolShim:
                 return
             if not isinstance(parsed, dict):
                 return
-            rewrite_body = rewrite_response_body if state.api == RESPONSES else rewrite_chat_completion
             stats = RewriteStats()
-            changed = rewrite_body(parsed, state.context, max_held=ctx.options.toolshim_max_held, stats=stats) is not None
+            if state.api == MESSAGES:
+                rewritten = rewrite_messages_body(parsed, state.context, max_held=ctx.options.toolshim_max_held, stats=stats, sign_thinking=ctx.options.toolshim_sign_thinking)
+            else:
+                rewrite_body = rewrite_response_body if state.api == RESPONSES else rewrite_chat_completion
+                rewritten = rewrite_body(parsed, state.context, max_held=ctx.options.toolshim_max_held, stats=stats)
+            changed = rewritten is not None
             new_body = orjson.dumps(parsed) if changed else body
         else:
             return

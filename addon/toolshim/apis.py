@@ -8,14 +8,15 @@ from __future__ import annotations
 
 from typing import Any
 
-CHAT, RESPONSES = "chat", "responses"
+CHAT, RESPONSES, MESSAGES = "chat", "responses", "messages"
 
 # flow.metadata[METADATA_KEY]: what toolshim did to a flow (saved with it in .flow files).
 METADATA_KEY = "toolshim"
 
 
 def api_of(flow: Any) -> str | None:
-    """Which API a request calls: Chat Completions, Responses, or neither (not ours to touch)."""
+    """Which API a request calls: Chat Completions, Responses, Anthropic Messages, or none of
+    them (not ours to touch)."""
     if flow.request.method != "POST":
         return None
     path = flow.request.path.split("?")[0].rstrip("/")
@@ -23,4 +24,6 @@ def api_of(flow: Any) -> str | None:
         return CHAT
     if path.endswith("/responses"):
         return RESPONSES
+    if path.endswith("/v1/messages"):  # Anthropic, also behind a prefix (`/anthropic/v1/messages`)
+        return MESSAGES
     return None

@@ -112,9 +112,10 @@ class CallScope:
         self._ledger.made += 1
 
     def mint_call_id(self) -> str:
-        """`call_` and 24 random alphanumerics, unique within the scope (seed 003)."""
+        """`call_` (`toolu_` for Anthropic) and 24 random alphanumerics, unique within the
+        scope (seed 003)."""
         while True:
-            call_id = random_id("call_")
+            call_id = random_id(self.context.call_id_prefix)
             if call_id not in self._ledger.used_ids:
                 return self.claim_id(call_id)
 

@@ -46,6 +46,7 @@ class RequestContext:
     # `finish_reason: "error"` chunk when markup failed to parse as a call.
     extensions: bool = False
     parse_error_chunk: bool = False
+    call_id_prefix: str = "call_"  # minted ids: `call_` (OpenAI), `toolu_` (Anthropic Messages)
 
     @classmethod
     def from_body(cls, body: bytes | None) -> RequestContext:
@@ -63,11 +64,17 @@ class RequestContext:
         """Read a parsed request body."""
         if not isinstance(request, dict):
             return cls()
+        choice = request.get("tool_choice")
+        tools = _declared_tools(request.get("tools"))
+        # Anthropic: {"type": "none" | "auto" | "any" | "tool", "name", "disable_parallel_tool_use"}
+        anthropic_choice = choice if isinstance(choice, dict) and choice.get("type") in ("none", "auto", "any", "tool") else {}
+        if anthropic_choice.get("type") == "tool" and anthropic_choice.get("name") in tools:
+            tools = {anthropic_choice["name"]: tools[anthropic_choice["name"]]}  # that tool alone
         return cls(
-            tools=_declared_tools(request.get("tools")),
+            tools=tools,
             next_kimi_counter=_next_counter(request),
-            tool_choice_none=request.get("tool_choice") == "none",
-            parallel_tool_calls=request.get("parallel_tool_calls") is not False,
+            tool_choice_none=choice == "none" or anthropic_choice.get("type") == "none",
+            parallel_tool_calls=request.get("parallel_tool_calls") is not False and anthropic_choice.get("disable_parallel_tool_use") is not True,
             model=request["model"] if isinstance(request.get("model"), str) else "",
         )
 
@@ -77,13 +84,14 @@ def _declared_tools(tools: Any) -> dict[str, ToolSpec]:
     if not isinstance(tools, list):
         return registry
     for tool in tools:
-        if not isinstance(tool, dict) or tool.get("type", "function") != "function":
+        # Anthropic's custom tools have no type or "custom"; its server tools have versioned types.
+        if not isinstance(tool, dict) or tool.get("type", "function") not in ("function", "custom"):
             continue
         spec = tool.get("function") if isinstance(tool.get("function"), dict) else tool
         name = spec.get("name")
         if not isinstance(name, str) or not name:
             continue
-        parameters = spec.get("parameters")
+        parameters = spec.get("parameters", spec.get("input_schema"))  # OpenAI, Anthropic
         registry[name] = ToolSpec(
             name=name,
             parameters=parameters if isinstance(parameters, dict) else None,
@@ -102,6 +110,9 @@ def _next_counter(request: dict[str, Any]) -> int:
         for call in item.get("tool_calls") or ():
             if isinstance(call, dict):
                 ids.append(call.get("id"))
+        for block in item.get("content") if isinstance(item.get("content"), list) else ():
+            if isinstance(block, dict):  # Anthropic: tool_use and tool_result blocks
+                ids += [block.get("id"), block.get("tool_use_id")]
         for call_id in ids:
             if isinstance(call_id, str) and (m := _KIMI_COUNTER.search(call_id)):
                 highest = max(highest, int(m.group(1)))

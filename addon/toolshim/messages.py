@@ -1,0 +1,717 @@
+"""Anthropic Messages API (`POST …/v1/messages`): markup in text and thinking blocks becomes
+`tool_use` blocks; upstream's own broken `tool_use` streams are made well-formed.
+
+The event stream (research: requests_and_apis.md §2, wire.md §4.1):
+
+    message_start → (content_block_start → content_block_delta* → content_block_stop)* →
+    message_delta {stop_reason, usage} → message_stop          (`ping` anywhere)
+
+Each upstream text or thinking block runs one lexer (a text block's may hold `<think>`, which
+becomes a thinking block). What the lexer gives is placed in blocks of our own numbering: text
+goes to the block of its kind, opened at its first character (a block that would stay empty is
+never sent); a call closes the block before it and is a block of its own:
+
+    content_block_start {type: tool_use, id, name, input: {}}
+    content_block_delta {type: input_json_delta, partial_json}     each piece non-empty
+    content_block_stop
+
+The model's own id where it has one (Kimi headers), else `toolu_` + 24 alphanumerics. Blocks
+are renumbered over everything sent; `stop_reason` becomes `tool_use` when a call was made.
+A thinking block we close that never got a signature gets an empty `signature_delta` (Claude
+Code drops unsigned thinking); a signature is never invented otherwise. Events that need no
+change leave as their exact bytes (an upstream block start waits for the block's first text,
+then goes as it came).
+
+Upstream's own `tool_use` blocks are repaired as they stream: several blocks for one call (one
+id) are merged, an `input` given at the start is moved into one delta (or dropped when deltas
+follow), empty pieces are dropped, a block left open is closed, and pieces that would make the
+arguments invalid JSON are held and repaired at the block's end (`JsonPrefix`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+from json_repair import repair_json
+
+from .calls import CallScope, RewriteStats, random_id
+from .lexers import ScopeLexers
+from .lexers.base import CallArgs, CallBegin, CallEnd, Lexer, ReasoningEnd, ReasoningText, Segment, Text
+from .sse import encode_event, parse_block
+from .stream import SseRewriter, markup_may_start
+from .tools import RequestContext
+
+TEXT, THINKING, TOOL_USE = "text", "thinking", "tool_use"
+DELTA_OF = {TEXT: ("text_delta", "text"), THINKING: ("thinking_delta", "thinking")}
+# Repairs of upstream's own tool_use stream (counted as BrokenStreamShape, like native.py's).
+SPLIT_BLOCKS, INPUT_AT_START, EMPTY_PIECE, INVALID_PIECES, UNCLOSED_BLOCK, STOP_REASON = (
+    "split_tool_use_blocks",
+    "input_at_start",
+    "empty_partial_json",
+    "invalid_partial_json",
+    "unclosed_block",
+    "stop_reason",
+)
+
+
+@dataclass(slots=True)
+class Outgoing:
+    """An event to send: `raw` (exact upstream bytes) when it goes as it came."""
+
+    event: dict[str, Any]
+    raw: bytes | None = None
+
+
+@dataclass(slots=True)
+class OutBlock:
+    """A block we send."""
+
+    index: int
+    kind: str
+    signed: bool = False  # a thinking block that got a signature_delta
+
+
+@dataclass(slots=True)
+class SourceBlock:
+    """An upstream text or thinking block: its lexer and the block its text is going to."""
+
+    index: int  # upstream's
+    kind: str
+    start: Outgoing
+    lexer: Lexer
+    current: OutBlock | None = None  # the block our output is going to (None: none open)
+    used_start: bool = False  # upstream's own start was sent for one of our blocks
+    as_content: bool = False  # a leaked `</think>` ended the thinking: the rest is text
+    open_call: OutBlock | None = None
+    pending_signature: Outgoing | None = None
+    produced: bool = False  # its lexer gave text or a call (else at its end it goes as it came)
+
+
+@dataclass(slots=True)
+class NativeCall:
+    """An upstream tool_use block, as we pass it on."""
+
+    out: OutBlock
+    call_id: Any
+    start_input: Any = None  # `input` upstream gave at the start (sent as a delta only if no delta follows)
+    json: JsonPrefix = field(default_factory=lambda: JsonPrefix())
+    held: list[str] = field(default_factory=list)  # pieces that would break the JSON, held
+    deltas: int = 0
+    stop: Outgoing | None = None  # upstream's stop, held one event: a split call's next block may follow
+
+
+class MessagesRewriter:
+    """The event-level rewrite of one message (sans-IO: dicts in, dicts or raw bytes out)."""
+
+    def __init__(self, context: RequestContext, stats: RewriteStats, *, max_held: int = 1 << 20, sign_thinking: bool = True) -> None:
+        self.stats = stats
+        context.call_id_prefix = "toolu_"
+        self._dialects = ScopeLexers(CallScope(context, stats), max_held=max_held)
+        self._sign_thinking = sign_thinking
+        self._next_index = 0
+        self._sources: dict[Any, SourceBlock] = {}
+        self._passed: dict[Any, OutBlock] = {}  # upstream blocks passed on (other types), by upstream index
+        self._native: dict[Any, NativeCall] = {}  # open upstream tool_use blocks, by upstream index
+        self._last_native: NativeCall | None = None  # the latest, while its stop is held
+        self.calls_made = 0  # ours and upstream's
+        self.blocks: list[dict[str, Any]] = []  # what the client accumulates (for the state and tests)
+
+    # -- events ----------------------------------------------------------------------------------
+
+    def on_event(self, event: dict[str, Any], raw: bytes | None = None) -> list[Outgoing]:
+        kind = event.get("type")
+        incoming = Outgoing(event, raw)
+        out: list[Outgoing] = []
+        if kind != "content_block_start" or not self._continues_split_call(event):
+            self._release_held_stop(out)
+        index = event.get("index")
+        if kind == "content_block_start" and isinstance(event.get("content_block"), dict):
+            self._on_start(incoming, out)
+        elif kind == "content_block_delta" and isinstance(event.get("delta"), dict):
+            if index in self._sources:
+                self._on_text_delta(self._sources[index], incoming, out)
+            elif index in self._native:
+                self._on_native_delta(self._native[index], incoming, out)
+            else:
+                out.append(self._renumbered(incoming))
+        elif kind == "content_block_stop":
+            if index in self._sources:
+                self._on_text_stop(self._sources.pop(index), incoming, out)
+            elif index in self._native:
+                call = self._native.pop(index)
+                call.stop = incoming
+                self._last_native = call  # sent with the next event, unless the call continues
+            else:
+                out.append(self._renumbered(incoming))
+                self._passed.pop(index, None)
+        elif kind == "message_delta":
+            self._close_everything(out)
+            out.append(self._with_stop_reason(incoming))
+        elif kind == "message_stop":
+            self._close_everything(out)
+            out.append(incoming)
+        else:  # message_start, ping, error, what a later API version adds
+            out.append(incoming)
+        return out
+
+    def finish(self) -> list[Outgoing]:
+        """The body ended without `message_stop` (cut off): close what is open; the client
+        learns it was cut from the missing `message_delta`, as from upstream."""
+        out: list[Outgoing] = []
+        self._release_held_stop(out)
+        self._close_everything(out)
+        return out
+
+    # -- blocks ----------------------------------------------------------------------------------
+
+    def _on_start(self, incoming: Outgoing, out: list[Outgoing]) -> None:
+        event = incoming.event
+        block, index = event["content_block"], event.get("index")
+        kind = block.get("type")
+        if kind in (TEXT, THINKING):
+            # Upstream splits reasoning itself when it sends thinking blocks: no pre-opened <think>.
+            lexer = self._dialects.new_lexer(reasoning=kind == THINKING, preopened=False)
+            source = SourceBlock(index, kind, incoming, lexer)
+            self._sources[index] = source
+            seed = block.get(kind)
+            if isinstance(seed, str) and seed:  # text given at the start: read like a first delta
+                self._place(source, lexer.feed(seed), out, None)
+            return
+        if kind == TOOL_USE:
+            self._start_native(incoming, out)
+            return
+        ours = self._new_block(kind)
+        self.blocks[-1] = dict(block)  # a block we do not read (server tools, redacted thinking)
+        self._passed[index] = ours
+        out.append(self._renumbered(incoming, ours.index))
+
+    def _on_text_delta(self, source: SourceBlock, incoming: Outgoing, out: list[Outgoing]) -> None:
+        delta = incoming.event["delta"]
+        if delta.get("type") == "signature_delta":
+            self._on_signature(source, incoming, out)
+            return
+        name = DELTA_OF[source.kind][1]
+        text = delta.get(name)
+        if delta.get("type") != DELTA_OF[source.kind][0] or not isinstance(text, str):
+            target = source.current or self._open(source, source.kind, out)
+            out.append(self._renumbered(incoming, target.index))
+            return
+        self._place(source, source.lexer.feed(text), out, incoming)
+
+    def _on_signature(self, source: SourceBlock, incoming: Outgoing, out: list[Outgoing]) -> None:
+        """A signature signs the thinking as upstream wrote it: it goes to the thinking block
+        still open (the common case: no call cut it), never to another block."""
+        current = source.current
+        if current is not None and current.kind == THINKING:
+            current.signed = True
+            self._add_signature(current.index, incoming.event["delta"].get("signature"))
+            out.append(self._renumbered(incoming, current.index))
+        elif current is None and source.kind == THINKING and not source.used_start:
+            source.pending_signature = incoming  # no text yet: the block opens with it
+        elif len(self.stats.notes) < 20:  # it signed text that is no longer one block: let go
+            self.stats.notes.append(f"signature of thinking block {source.index} dropped: a call cut the thinking")
+
+    def _on_text_stop(self, source: SourceBlock, incoming: Outgoing, out: list[Outgoing]) -> None:
+        self._place(source, source.lexer.finish(), out, None)
+        if source.open_call is not None:  # a call cut off with its block
+            out.append(Outgoing({"type": "content_block_stop", "index": source.open_call.index}))
+            source.open_call = None
+        if not source.produced and not source.used_start:
+            self._open(source, source.kind, out)  # a block with no text at all: as upstream sent it
+        current = source.current
+        if current is not None:
+            self._sign_if_unsigned(current, out)
+            same = current.index == source.index and source.used_start and current.kind == source.kind
+            out.append(incoming if same and incoming.raw is not None else Outgoing({"type": "content_block_stop", "index": current.index}))
+            source.current = None
+
+    def _place(self, source: SourceBlock, segments: list[Segment], out: list[Outgoing], incoming: Outgoing | None) -> None:
+        """Segments of one block's text, from the delta `incoming` (None: not from one delta)."""
+        whole = incoming is not None and len(segments) == 1
+        for seg in segments:
+            kind = type(seg)
+            if kind is Text or kind is ReasoningText:
+                if not seg.text:
+                    continue
+                target_kind = THINKING if kind is ReasoningText or (source.kind == THINKING and not source.as_content) else TEXT
+                if kind is ReasoningText:
+                    self.stats.reasoning_moved += len(seg.text)
+                self._text(source, target_kind, seg.text, out, incoming if whole else None)
+            elif kind is CallBegin:
+                source.produced = True
+                self._close_current(source, out)
+                call = self._new_block(TOOL_USE)
+                source.open_call = call
+                self.calls_made += 1
+                out.append(Outgoing({
+                    "type": "content_block_start",
+                    "index": call.index,
+                    "content_block": {"type": TOOL_USE, "id": seg.id, "name": seg.name, "input": {}},
+                }))
+                self.blocks[-1].update({"id": seg.id, "name": seg.name, "_json": ""})
+            elif kind is CallArgs:
+                if seg.text and source.open_call is not None:
+                    self.blocks[source.open_call.index]["_json"] += seg.text
+                    out.append(Outgoing({
+                        "type": "content_block_delta",
+                        "index": source.open_call.index,
+                        "delta": {"type": "input_json_delta", "partial_json": seg.text},
+                    }))
+            elif kind is CallEnd:
+                if source.open_call is not None:
+                    out.append(Outgoing({"type": "content_block_stop", "index": source.open_call.index}))
+                    source.open_call = None
+            elif kind is ReasoningEnd:
+                source.as_content = True
+
+    def _text(self, source: SourceBlock, kind: str, text: str, out: list[Outgoing], incoming: Outgoing | None) -> None:
+        source.produced = True
+        current = source.current
+        if current is None or current.kind != kind:
+            self._close_current(source, out)
+            current = self._open(source, kind, out)
+        block = self.blocks[current.index]
+        block[kind] = block.get(kind, "") + text
+        if incoming is not None and incoming.event.get("index") == current.index and kind == source.kind:
+            if incoming.event["delta"].get(DELTA_OF[kind][1]) == text:
+                out.append(incoming)  # as it came
+                return
+        delta_type, name = DELTA_OF[kind]
+        out.append(Outgoing({"type": "content_block_delta", "index": current.index, "delta": {"type": delta_type, name: text}}))
+
+    def _open(self, source: SourceBlock, kind: str, out: list[Outgoing]) -> OutBlock:
+        block = self._new_block(kind)
+        source.current = block
+        if kind == source.kind and not source.used_start:
+            source.used_start = True
+            start = source.start
+            seeded = start.event["content_block"].get(kind)
+            self.blocks[block.index].update({k: v for k, v in start.event["content_block"].items() if k != kind})
+            if block.index == source.index and not seeded:
+                out.append(start)  # as it came
+            else:
+                out.append(Outgoing({**start.event, "index": block.index, "content_block": {**start.event["content_block"], kind: ""}}))
+            if source.pending_signature is not None:
+                block.signed = True
+                self._add_signature(block.index, source.pending_signature.event["delta"].get("signature"))
+                out.append(self._renumbered(source.pending_signature, block.index))
+                source.pending_signature = None
+        else:
+            content = {"type": TEXT, "text": ""} if kind == TEXT else {"type": THINKING, "thinking": "", "signature": ""}
+            out.append(Outgoing({"type": "content_block_start", "index": block.index, "content_block": content}))
+        return block
+
+    def _close_current(self, source: SourceBlock, out: list[Outgoing]) -> None:
+        current = source.current
+        if current is not None:
+            self._sign_if_unsigned(current, out)
+            out.append(Outgoing({"type": "content_block_stop", "index": current.index}))
+            source.current = None
+
+    def _add_signature(self, index: int, signature: Any) -> None:
+        if isinstance(signature, str):
+            block = self.blocks[index]
+            block["signature"] = (block.get("signature") or "") + signature
+
+    def _sign_if_unsigned(self, block: OutBlock, out: list[Outgoing]) -> None:
+        if block.kind == THINKING and not block.signed and self._sign_thinking:
+            block.signed = True
+            self._add_signature(block.index, "")
+            out.append(Outgoing({"type": "content_block_delta", "index": block.index, "delta": {"type": "signature_delta", "signature": ""}}))
+
+    def _new_block(self, kind: str) -> OutBlock:
+        block = OutBlock(self._next_index, kind)
+        self._next_index += 1
+        self.blocks.append({"type": kind})
+        return block
+
+    def _renumbered(self, incoming: Outgoing, index: int | None = None) -> Outgoing:
+        """An event of a block passed on: as it came when its index is already ours."""
+        if index is None:
+            ours = self._passed.get(incoming.event.get("index"))
+            if ours is None:
+                return incoming
+            index = ours.index
+        if incoming.event.get("index") == index:
+            return incoming
+        return Outgoing({**incoming.event, "index": index})
+
+    # -- upstream's own tool_use ------------------------------------------------------------------
+
+    def _continues_split_call(self, event: dict[str, Any]) -> bool:
+        """A tool_use start with the id of the call whose stop is held: one call in two blocks."""
+        held = self._last_native
+        block = event.get("content_block")
+        return (
+            held is not None
+            and isinstance(block, dict)
+            and block.get("type") == TOOL_USE
+            and block.get("id") is not None
+            and block.get("id") == held.call_id
+        )
+
+    def _start_native(self, incoming: Outgoing, out: list[Outgoing]) -> None:
+        event = incoming.event
+        block = event["content_block"]
+        held = self._last_native
+        if held is not None and self._continues_split_call(event):
+            self._last_native = None
+            held.stop = None
+            self._native[event.get("index")] = held
+            self.stats.stream_repairs[SPLIT_BLOCKS] += 1
+            self._take_start_input(held, block)
+            return
+        ours = self._new_block(TOOL_USE)
+        self.blocks[-1].update({"id": block.get("id"), "name": block.get("name"), "_json": ""})
+        call = NativeCall(ours, block.get("id"))
+        self._native[event.get("index")] = call
+        self.calls_made += 1
+        self._dialects.scope.note_upstream_call()
+        self._take_start_input(call, block)
+        if block.get("input") == {} or "input" not in block:
+            out.append(self._renumbered(incoming, ours.index))
+        else:
+            out.append(Outgoing({**event, "index": ours.index, "content_block": {**block, "input": {}}}))
+
+    def _take_start_input(self, call: NativeCall, block: dict[str, Any]) -> None:
+        given = block.get("input")
+        if given not in (None, {}):
+            self.stats.stream_repairs[INPUT_AT_START] += 1
+            call.start_input = given
+
+    def _on_native_delta(self, call: NativeCall, incoming: Outgoing, out: list[Outgoing]) -> None:
+        delta = incoming.event["delta"]
+        piece = delta.get("partial_json")
+        if delta.get("type") != "input_json_delta" or not isinstance(piece, str):
+            out.append(self._renumbered(incoming, call.out.index))
+            return
+        if not piece:
+            self.stats.stream_repairs[EMPTY_PIECE] += 1
+            return
+        if call.start_input is not None:  # deltas follow: the start's input was a preview
+            call.start_input = None
+        if call.held or not call.json.feed(piece):
+            call.held.append(piece)  # the arguments broke: the rest is repaired at the end
+            return
+        call.deltas += 1
+        self.blocks[call.out.index]["_json"] += piece
+        out.append(self._renumbered(incoming, call.out.index))
+
+    def _release_held_stop(self, out: list[Outgoing]) -> None:
+        call, self._last_native = self._last_native, None
+        if call is not None and call.stop is not None:
+            self._end_native(call, out, call.stop)
+
+    def _end_native(self, call: NativeCall, out: list[Outgoing], stop: Outgoing | None) -> None:
+        index = call.out.index
+        sent = self.blocks[index]["_json"]
+        tail = ""
+        if call.start_input is not None and not sent:
+            tail = orjson.dumps(call.start_input).decode()
+        elif call.held or not call.json.complete:
+            tail = _completion(sent, "".join(call.held))
+            if call.held:
+                self.stats.stream_repairs[INVALID_PIECES] += 1
+        if tail:
+            self.blocks[index]["_json"] += tail
+            out.append(Outgoing({"type": "content_block_delta", "index": index, "delta": {"type": "input_json_delta", "partial_json": tail}}))
+        if stop is None:
+            self.stats.stream_repairs[UNCLOSED_BLOCK] += 1
+            out.append(Outgoing({"type": "content_block_stop", "index": index}))
+        else:
+            out.append(self._renumbered(stop, index))
+
+    # -- the end ---------------------------------------------------------------------------------
+
+    def _close_everything(self, out: list[Outgoing]) -> None:
+        """Before message_delta / message_stop / the end: every lexer finished, every block closed."""
+        self._release_held_stop(out)
+        for index in list(self._sources):
+            source = self._sources.pop(index)
+            self._on_text_stop(source, Outgoing({"type": "content_block_stop", "index": index}), out)
+            self.stats.stream_repairs[UNCLOSED_BLOCK] += 1
+        for index in list(self._native):
+            self._end_native(self._native.pop(index), out, None)
+        for index in list(self._passed):
+            out.append(Outgoing({"type": "content_block_stop", "index": self._passed.pop(index).index}))
+            self.stats.stream_repairs[UNCLOSED_BLOCK] += 1
+
+    def _with_stop_reason(self, incoming: Outgoing) -> Outgoing:
+        delta = incoming.event.get("delta")
+        if not isinstance(delta, dict) or not self.calls_made or delta.get("stop_reason") not in ("end_turn", "stop_sequence", None):
+            return incoming
+        if self.stats.calls:
+            self.stats.finish_reasons_changed += 1
+        else:
+            self.stats.stream_repairs[STOP_REASON] += 1
+        return Outgoing({**incoming.event, "delta": {**delta, "stop_reason": "tool_use", "stop_sequence": None}})
+
+    def content(self) -> list[dict[str, Any]]:
+        """The content blocks as a client accumulates them."""
+        result = []
+        for block in self.blocks:
+            block = dict(block)
+            if block["type"] == TOOL_USE:
+                text = block.pop("_json", "")
+                try:
+                    block["input"] = orjson.loads(text) if text else {}
+                except orjson.JSONDecodeError:
+                    block["input"] = text
+            result.append(block)
+        return result
+
+
+def _completion(sent: str, held: str) -> str:
+    """What to add after the valid JSON prefix `sent` (and the pieces held because they broke it)
+    to end with a JSON object: the repaired whole, from where `sent` ends; nothing if the repair
+    no longer begins with what was sent (the client then has broken JSON, as upstream sent it)."""
+    repaired = repair_json(sent + held, return_objects=False)
+    if not isinstance(repaired, str) or not repaired.startswith("{"):
+        repaired = "{}"
+    try:
+        canonical = orjson.dumps(orjson.loads(repaired)).decode()
+    except orjson.JSONDecodeError:
+        return ""
+    for candidate in (repaired, canonical):
+        if candidate.startswith(sent) and len(candidate) > len(sent):
+            return candidate[len(sent):]
+    return ""
+
+
+class JsonPrefix:
+    """Is the text fed so far the beginning of one JSON value? Each character is read once.
+
+    A client such as the Anthropic TypeScript SDK parses every `partial_json` prefix and fails
+    on the first that cannot begin valid JSON; this tells a piece that would break it apart.
+    Numbers and literals are checked by their characters, not their grammar (`1-2` passes):
+    what the partial parsers accept."""
+
+    __slots__ = ("_stack", "_state", "complete", "_literal")
+
+    def __init__(self) -> None:
+        self._stack: list[str] = []  # "{" / "[" open
+        self._state = "value"  # value, string, escape, unicode1..4, after, key, colon, key_string, scalar
+        self.complete = False
+        self._literal = ""
+
+    def feed(self, piece: str) -> bool:
+        """Read a piece; False (and nothing read) when it cannot continue a JSON prefix."""
+        saved = (list(self._stack), self._state, self.complete, self._literal)
+        for c in piece:
+            if not self._step(c):
+                self._stack, self._state, self.complete, self._literal = saved
+                return False
+        return True
+
+    def _step(self, c: str) -> bool:  # noqa: C901 (a state machine reads best in one place)
+        state = self._state
+        if state in ("string", "key_string"):
+            if c == "\\":
+                self._state = "escape" if state == "string" else "key_escape"
+            elif c == '"':
+                self._state = "after" if state == "string" else "colon"
+                self._closed_value() if state == "string" else None
+            elif c < " ":
+                return False
+            return True
+        if state in ("escape", "key_escape"):
+            back = "string" if state == "escape" else "key_string"
+            if c == "u":
+                self._state = back + ":u4"
+                return True
+            if c in '"\\/bfnrt':
+                self._state = back
+                return True
+            return False
+        if ":u" in state:
+            if c not in "0123456789abcdefABCDEF":
+                return False
+            back, count = state.split(":u")
+            left = int(count) - 1
+            self._state = back if left == 0 else f"{back}:u{left}"
+            return True
+        if state == "scalar":
+            if c in "0123456789+-.eE" or c.isalpha():
+                self._literal += c
+                return self._literal_ok()
+            self._state = "after"
+            self._closed_value()
+            if not self._literal_done():
+                return False
+            return self._step(c)
+        if c in " \t\n\r":
+            return True
+        if state == "value":
+            if c == "{":
+                self._stack.append("{")
+                self._state = "key_or_end"
+            elif c == "[":
+                self._stack.append("[")
+                self._state = "value_or_end"
+            elif c == '"':
+                self._state = "string"
+            elif c in "-0123456789tfn":
+                self._literal = c
+                self._state = "scalar"
+            else:
+                return False
+            return True
+        if state == "value_or_end":
+            if c == "]":
+                self._stack.pop()
+                self._state = "after"
+                self._closed_value()
+                return True
+            self._state = "value"
+            return self._step(c)
+        if state in ("key_or_end", "key"):
+            if c == '"':
+                self._state = "key_string"
+            elif c == "}" and state == "key_or_end":
+                self._stack.pop()
+                self._state = "after"
+                self._closed_value()
+            else:
+                return False
+            return True
+        if state == "colon":
+            if c != ":":
+                return False
+            self._state = "value"
+            return True
+        if state == "after":
+            if not self._stack:
+                return False  # one value only
+            top = self._stack[-1]
+            if c == ",":
+                self._state = "key" if top == "{" else "value"
+            elif c == "}" and top == "{" or c == "]" and top == "[":
+                self._stack.pop()
+                self._closed_value()
+            else:
+                return False
+            return True
+        return False
+
+    def _closed_value(self) -> None:
+        self.complete = not self._stack
+
+    def _literal_ok(self) -> bool:
+        text = self._literal
+        if text[0] in "tfn":
+            return any(word.startswith(text) for word in ("true", "false", "null"))
+        return all(ch in "0123456789+-.eE" for ch in text)
+
+    def _literal_done(self) -> bool:
+        text = self._literal
+        if text[0] in "tfn":
+            return text in ("true", "false", "null")
+        try:
+            float(text)
+        except ValueError:
+            return False
+        return True
+
+
+# -- SSE and whole bodies ------------------------------------------------------------------------
+
+
+class MessagesStreamRewriter(SseRewriter):
+    """A Messages API SSE body in (any byte pieces), the repaired SSE body out."""
+
+    def __init__(self, context: RequestContext, *, max_held: int = 1 << 20, sign_thinking: bool = True) -> None:
+        super().__init__()
+        self.core = MessagesRewriter(context, self.stats, max_held=max_held, sign_thinking=sign_thinking)
+
+    def _on_block(self, raw: bytes) -> list[bytes]:
+        block = parse_block(raw)
+        if block.data is None or block.malformed:
+            return [raw]
+        try:
+            event = orjson.loads(block.data)
+        except orjson.JSONDecodeError:
+            return [raw]
+        if not isinstance(event, dict) or not isinstance(event.get("type"), str):
+            return [raw]
+        if not markup_may_start(raw) and self._passes(event):
+            return [raw]
+        return [_encode(o) for o in self.core.on_event(event, raw)]
+
+    def _passes(self, event: dict[str, Any]) -> bool:
+        """The common case, cheaply: a text delta without markup into a block whose lexer holds
+        nothing and whose numbering is upstream's: recorded and sent as it came."""
+        if event.get("type") != "content_block_delta":
+            return False
+        core = self.core
+        source = core._sources.get(event.get("index"))
+        if source is None or source.current is None or source.current.index != source.index or source.open_call is not None:
+            return False
+        delta = event.get("delta")
+        name = DELTA_OF[source.kind][1]
+        if not isinstance(delta, dict) or delta.get("type") != DELTA_OF[source.kind][0] or source.current.kind != source.kind or source.as_content:
+            return False
+        text = delta.get(name)
+        if not isinstance(text, str) or not source.lexer.idle:
+            return False
+        block = core.blocks[source.current.index]
+        block[source.kind] = block.get(source.kind, "") + text
+        return True
+
+    def _at_end(self) -> list[bytes]:
+        return [_encode(o) for o in self.core.finish()]
+
+
+def _encode(outgoing: Outgoing) -> bytes:
+    if outgoing.raw is not None:
+        return outgoing.raw
+    return encode_event(orjson.dumps(outgoing.event), outgoing.event["type"])
+
+
+def body_events(body: dict[str, Any]) -> list[dict[str, Any]]:
+    """A whole message as the events that would have streamed it (text in one delta a block)."""
+    events: list[dict[str, Any]] = [{"type": "message_start", "message": {**body, "content": []}}]
+    for index, block in enumerate(body.get("content") or []):
+        if not isinstance(block, dict):
+            continue
+        kind = block.get("type")
+        if kind in (TEXT, THINKING) and isinstance(block.get(kind), str):
+            start = {**block, kind: ""}
+            events.append({"type": "content_block_start", "index": index, "content_block": start})
+            events.append({"type": "content_block_delta", "index": index, "delta": {"type": DELTA_OF[kind][0], kind: block[kind]}})
+            if kind == THINKING and block.get("signature"):
+                start["signature"] = ""
+                events.append({"type": "content_block_delta", "index": index, "delta": {"type": "signature_delta", "signature": block["signature"]}})
+        elif kind == TOOL_USE:
+            given = block.get("input")
+            events.append({"type": "content_block_start", "index": index, "content_block": {**block, "input": {}}})
+            if isinstance(given, str):  # a server that sent the arguments as a string
+                events.append({"type": "content_block_delta", "index": index, "delta": {"type": "input_json_delta", "partial_json": given}})
+            elif given not in (None, {}):
+                events.append({"type": "content_block_delta", "index": index, "delta": {"type": "input_json_delta", "partial_json": orjson.dumps(given).decode()}})
+        else:
+            events.append({"type": "content_block_start", "index": index, "content_block": block})
+        events.append({"type": "content_block_stop", "index": index})
+    events.append({"type": "message_delta", "delta": {"stop_reason": body.get("stop_reason"), "stop_sequence": body.get("stop_sequence")}})
+    return events
+
+
+def rewrite_messages_body(body: dict[str, Any], context: RequestContext, *, max_held: int = 1 << 20, stats: RewriteStats | None = None, sign_thinking: bool = True) -> RewriteStats | None:
+    """Rewrite a non-streaming Messages body in place; None when nothing changed."""
+    if body.get("type") != "message" or not isinstance(body.get("content"), list):
+        return None
+    stats = stats if stats is not None else RewriteStats()
+    core = MessagesRewriter(context, stats, max_held=max_held, sign_thinking=sign_thinking)
+    stop_reason = original_stop = body.get("stop_reason")
+    for event in body_events(body):
+        for outgoing in core.on_event(event):
+            delta = outgoing.event.get("delta")
+            if outgoing.event.get("type") == "message_delta" and isinstance(delta, dict):
+                stop_reason = delta.get("stop_reason")
+    changed = stats.calls or stats.stream_repairs or stats.reasoning_moved or stop_reason != original_stop
+    if not changed:
+        return None
+    body["content"] = core.content()
+    body["stop_reason"] = stop_reason
+    return stats

@@ -1,0 +1,106 @@
+"""Anthropic Messages API through a real mitmdump, read by the official `anthropic` SDK.
+
+The SDK's stream accumulator is strict (it parses every `input_json_delta` prefix, dispatches on
+the `event:` line, raises on an event out of order): what it accepts is the bar.
+"""
+
+from __future__ import annotations
+
+import anthropic
+import httpx
+import pytest
+from anthropic_stream import BASH_TOOL, block_events, message_body, sse, stream, tool_use_events
+from harness import ScriptedUpstream
+from kimi import ARG_BEGIN, CALL_BEGIN, CALL_END, SECTION_BEGIN, SECTION_END
+
+KIMI_CALL = [SECTION_BEGIN, CALL_BEGIN, " functions.Bash:0 ", ARG_BEGIN, '{"command": ', '"echo hi"}', CALL_END, SECTION_END]
+MINIMAX_CALL = ['<minimax:tool_call>\n<invoke name="Bash">\n<parameter name="command">echo hi', "</parameter>\n</invoke>\n</minimax:tool_call>"]
+
+
+@pytest.fixture
+def client(proxy):
+    with anthropic.Anthropic(base_url=proxy.url, api_key="test-key", max_retries=0, timeout=30) as client:
+        yield client
+
+
+def final_message(client, model: str, **kwargs):
+    with client.messages.stream(model=model, max_tokens=1024, messages=[{"role": "user", "content": "Say hi."}], tools=[BASH_TOOL], **kwargs) as events:
+        seen = [event.type for event in events]
+        return events.get_final_message(), seen
+
+
+def test_kimi_markup_in_thinking_becomes_a_tool_use_block(upstream: ScriptedUpstream, client, unique_model):
+    model = f"kimi-k2-{unique_model}"
+    upstream.add(model, chunks=[stream(model, block_events(0, "thinking", ["I will run it.", *KIMI_CALL]))])
+    message, _ = final_message(client, model)
+    assert [block.type for block in message.content] == ["thinking", "tool_use"]
+    thinking, call = message.content
+    assert thinking.thinking == "I will run it." and thinking.signature == ""  # unsigned: an empty signature
+    assert (call.id, call.name, call.input) == ("functions.Bash:0", "Bash", {"command": "echo hi"})
+    assert message.stop_reason == "tool_use"
+
+
+def test_minimax_markup_in_text_between_sentences(upstream, client, unique_model):
+    model = f"MiniMax-M2-{unique_model}"
+    upstream.add(model, chunks=[stream(model, block_events(0, "text", ["Let me check. ", *MINIMAX_CALL, " Done."]))])
+    message, seen = final_message(client, model)
+    assert [block.type for block in message.content] == ["text", "tool_use", "text"]
+    assert message.content[0].text == "Let me check." or message.content[0].text == "Let me check. "
+    call = message.content[1]
+    assert call.name == "Bash" and call.input == {"command": "echo hi"}
+    assert call.id.startswith("toolu_") and len(call.id) == len("toolu_") + 24
+    assert "Done." in message.content[2].text
+    assert message.stop_reason == "tool_use"
+
+
+def test_think_tags_in_text_become_a_thinking_block(upstream, client, unique_model):
+    model = f"MiniMax-M2-{unique_model}"
+    upstream.add(model, chunks=[stream(model, block_events(0, "text", ["<think>Plan: ", "greet.</think>", "Hi!"]))])
+    message, _ = final_message(client, model)
+    assert [(b.type, getattr(b, "thinking", None) or getattr(b, "text", None)) for b in message.content] == [("thinking", "Plan: greet."), ("text", "Hi!")]
+    assert message.content[0].signature == ""
+    assert message.stop_reason == "end_turn"
+
+
+def test_a_plain_stream_passes_byte_for_byte(upstream, proxy, unique_model):
+    body = stream(unique_model, block_events(0, "thinking", ["Hmm."], signature="sig=="), block_events(1, "text", ["Hello", " there."]))
+    upstream.add(unique_model, chunks=[body])
+    got = httpx.post(f"{proxy.url}/v1/messages", json={"model": unique_model, "max_tokens": 10, "stream": True, "messages": []}, timeout=30)
+    assert got.content == body
+
+
+def test_split_native_tool_use_blocks_and_input_at_start_are_repaired(upstream, client, unique_model):
+    """vLLM's converter opening a block per chunk of one call, an input at the start as well as
+    in deltas, empty pieces, stop_reason end_turn: the SDK gets one well-formed call."""
+    model = f"qwen3-{unique_model}"
+    body = stream(
+        model,
+        block_events(0, "text", ["Running."]),
+        tool_use_events(1, "toolu_A", "Bash", ['{"comm', ""], start_input={"command": "ec"}),
+        tool_use_events(2, "toolu_A", "Bash", ['and": "echo hi"}']),
+    )
+    upstream.add(model, chunks=[body])
+    message, _ = final_message(client, model)
+    assert [block.type for block in message.content] == ["text", "tool_use"]
+    assert message.content[1].input == {"command": "echo hi"} and message.content[1].id == "toolu_A"
+    assert message.stop_reason == "tool_use"
+
+
+def test_non_streaming_body_gets_the_same_blocks(upstream, client, unique_model):
+    model = f"kimi-k2-{unique_model}"
+    upstream.add_json(model, message_body(model, [{"type": "thinking", "thinking": "I will run it." + "".join(KIMI_CALL), "signature": ""}]))
+    message = client.messages.create(model=model, max_tokens=1024, messages=[{"role": "user", "content": "Say hi."}], tools=[BASH_TOOL])
+    assert [block.type for block in message.content] == ["thinking", "tool_use"]
+    assert message.content[1].input == {"command": "echo hi"} and message.stop_reason == "tool_use"
+
+
+def test_undeclared_tool_stays_text_and_error_answers_pass(upstream, proxy, client, unique_model):
+    model = f"MiniMax-M2-{unique_model}"
+    leaked = '<minimax:tool_call>\n<invoke name="rm_rf">\n<parameter name="path">/</parameter>\n</invoke>\n</minimax:tool_call>'
+    upstream.add(model, chunks=[stream(model, block_events(0, "text", [leaked]))])
+    message, _ = final_message(client, model)
+    assert [b.type for b in message.content] == ["text"] and message.content[0].text == leaked
+    error = sse([{"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}])
+    upstream.add(model, status=529, chunks=[error])
+    got = httpx.post(f"{proxy.url}/v1/messages", json={"model": model, "max_tokens": 10, "stream": True, "messages": []}, timeout=30)
+    assert got.status_code == 529 and got.content == error
