@@ -104,3 +104,24 @@ def test_undeclared_tool_stays_text_and_error_answers_pass(upstream, proxy, clie
     upstream.add(model, status=529, chunks=[error])
     got = httpx.post(f"{proxy.url}/v1/messages", json={"model": model, "max_tokens": 10, "stream": True, "messages": []}, timeout=30)
     assert got.status_code == 529 and got.content == error
+
+
+def test_deepseek_anthropic_gets_its_thinking_back_on_the_next_turn(upstream, client, unique_model):
+    """DeepSeek's /anthropic answers 400 "The `content[].thinking` in the thinking mode must be
+    passed back"; a client that drops thinking blocks gets them put back as it was sent them."""
+    model = f"deepseek-v4-{unique_model}"
+    upstream.add(model, chunks=[stream(model, block_events(0, "thinking", ["Need ", "ls."]), tool_use_events(1, "call_00_x", "Bash", ['{"command": "ls"}']), stop_reason="tool_use")])
+    message, _ = final_message(client, model)
+    thinking, call = message.content
+    assert thinking.signature == ""  # unsigned upstream thinking: signed empty for Claude Code
+    upstream.add(model, chunks=[stream(model, block_events(0, "text", ["Two files."]))])
+    history = [
+        {"role": "user", "content": "Say hi."},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": call.id, "name": call.name, "input": call.input}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": call.id, "content": "a b"}]},
+    ]
+    with client.messages.stream(model=model, max_tokens=1024, messages=history, tools=[BASH_TOOL]) as events:
+        events.get_final_message()
+    sent = upstream.requests_for(model)[-1].json["messages"]
+    assert sent[1]["content"][0] == {"type": "thinking", "thinking": "Need ls.", "signature": ""}
+    assert sent[1]["content"][1]["id"] == "call_00_x" and sent[2] == history[2]

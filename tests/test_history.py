@@ -255,3 +255,69 @@ def test_the_local_store_is_bounded_by_entries_bytes_and_age():
     assert store.get_many(["huge"]) == {}
     clock.now = 61
     assert store.get_many(["d", "e"]) == {} and len(store) == 0 and store.stats.bytes == 0
+
+
+# -- Anthropic Messages ---------------------------------------------------------------------------
+
+
+def test_messages_thinking_blocks_come_back_before_the_tool_use():
+    from anthropic_stream import block_events, sse, tool_use_events
+    from toolshim.apis import MESSAGES
+
+    body = sse([*block_events(0, "thinking", ["Run ", "it."], signature="sig"), *tool_use_events(1, "toolu_1", "Bash", ['{"command":', ' "ls"}'])])
+    store = remembered(MESSAGES, body)
+    request = {"messages": [
+        {"role": "user", "content": "Go."},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "Bash", "input": {"command": "ls"}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "a"}]},
+    ]}
+    repair = HistoryRepair(request, MESSAGES, frozenset({"reasoning"}), backend_for("deepseek"), KEYS)
+    repair.apply(store.get_many(repair.wanted_keys()))
+    assert request["messages"][1]["content"][0] == {"type": "thinking", "thinking": "Run it.", "signature": "sig"}
+    assert request["messages"][1]["content"][1]["type"] == "tool_use"
+
+
+def test_messages_kimi_ids_and_orphan_results_go_into_the_next_user_message():
+    from toolshim.apis import MESSAGES
+
+    request = {"messages": [
+        {"role": "assistant", "content": [
+            {"type": "text", "text": "Two."},
+            {"type": "tool_use", "id": "toolu_a", "name": "Bash", "input": {}},
+            {"type": "tool_use", "id": "toolu_b", "name": "Read", "input": {}},
+        ]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_a", "content": "x"}, {"type": "text", "text": "and?"}]},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_c", "name": "Bash", "input": {}}]},
+    ]}
+    repaired(request, api=MESSAGES, repairs=frozenset({"kimi_ids", "orphan_results"}))
+    first, answer, last = request["messages"][:3]
+    assert [b.get("id") for b in first["content"]] == [None, "functions.Bash:0", "functions.Read:1"]
+    assert answer["content"] == [
+        {"type": "tool_result", "tool_use_id": "functions.Bash:0", "content": "x"},
+        {"type": "tool_result", "tool_use_id": "functions.Read:1", "content": "no result was returned"},
+        {"type": "text", "text": "and?"},
+    ]
+    assert last["content"][0]["id"] == "functions.Bash:2"
+    assert request["messages"][3] == {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "functions.Bash:2", "content": "no result was returned"}]}
+
+
+messages_blocks = st.one_of(
+    st.builds(lambda i, n: {"type": "tool_use", "id": i, "name": n, "input": {}}, ids, names),
+    st.builds(lambda i: {"type": "tool_result", "tool_use_id": i, "content": "x"}, ids),
+    st.fixed_dictionaries({"type": st.sampled_from(["text", "thinking"]), "text": st.text(max_size=3)}),
+    json_values,
+)
+messages_messages = st.one_of(
+    st.fixed_dictionaries({"role": st.sampled_from(["user", "assistant"]), "content": st.one_of(st.lists(messages_blocks, max_size=4), st.text(max_size=4))}),
+    json_values,
+)
+
+
+@given(st.lists(messages_messages, max_size=6), st.sampled_from(["kimi-k2", "deepseek-v4"]), st.booleans())
+def test_messages_repairs_never_raise_and_a_second_pass_changes_nothing(messages, model, placeholder):
+    from toolshim.apis import MESSAGES
+
+    request = {"messages": messages}
+    repaired(request, api=MESSAGES, model=model, placeholder="p" if placeholder else "")
+    once = copy.deepcopy(request)
+    assert repaired(request, api=MESSAGES, model=model, placeholder="p" if placeholder else "").changes == [] and request == once

@@ -23,7 +23,7 @@ from typing import Any
 
 import orjson
 
-from .apis import RESPONSES
+from .apis import MESSAGES, RESPONSES
 from .backends import (
     ALL_TURNS,
     DEVELOPER_ROLE,
@@ -65,7 +65,8 @@ class HistoryRepair:
     def __post_init__(self) -> None:
         self._items_key = "input" if self.api == RESPONSES else "messages"
         if REASONING in self.repairs and self.keys is not None:
-            self._lost = self._lost_responses_turns() if self.api == RESPONSES else self._lost_chat_turns()
+            find = {RESPONSES: self._lost_responses_turns, MESSAGES: self._lost_messages_turns}.get(self.api, self._lost_chat_turns)
+            self._lost = find()
 
     @property
     def items(self) -> list[Any]:
@@ -78,21 +79,24 @@ class HistoryRepair:
 
     def apply(self, found: Mapping[str, bytes], placeholder: str = "") -> bool:
         """Make every repair; returns whether the request changed."""
-        if self.repairs & {TOOL_CONTENT, DEVELOPER_ROLE}:
+        if self.repairs & {TOOL_CONTENT, DEVELOPER_ROLE} and self.api != MESSAGES:  # neither applies there
             self._message_hygiene(TOOL_CONTENT in self.repairs, DEVELOPER_ROLE in self.repairs)
         if STRIP_STRICT in self.repairs:
             self._strip_strict()
         if STRIP_PARALLEL in self.repairs and "parallel_tool_calls" in self.request:
             del self.request["parallel_tool_calls"]
             self._changed(STRIP_PARALLEL, "parallel_tool_calls")
-        links = _link(self.items, self.api != RESPONSES) if self.repairs & {ORPHAN_RESULTS, KIMI_IDS} else None
+        links = _link(self.items, self.api) if self.repairs & {ORPHAN_RESULTS, KIMI_IDS} else None
         orphans = self._orphans(links) if ORPHAN_RESULTS in self.repairs else []
         if KIMI_IDS in self.repairs:
             self._kimi_ids(links)
         id_field = "call_id" if self.api == RESPONSES else "id"
         for after, holder in reversed(orphans):  # from the end: earlier positions stay valid
             call_id = holder[id_field]  # as renamed
-            self.items.insert(after + 1, self._synthetic_result(call_id))
+            if self.api == MESSAGES:
+                self._add_messages_result(after, call_id)
+            else:
+                self.items.insert(after + 1, self._synthetic_result(call_id))
             self._changed(ORPHAN_RESULTS, f"{self._items_key}[{after}]", call_id=call_id)
         if self._lost:  # last: Responses reasoning is inserted, found by identity, not position
             self._restore_reasoning(found, placeholder)
@@ -140,6 +144,28 @@ class HistoryRepair:
             lost.append(_LostTurn(start, run[0], keys))
         return lost
 
+    def _lost_messages_turns(self) -> list[_LostTurn]:
+        """Anthropic: an assistant message's thinking is its content's `thinking` (or
+        `redacted_thinking`) blocks; its calls are `tool_use` blocks."""
+        all_turns = self.backend.reasoning_turns == ALL_TURNS
+        lost = []
+        for at, message in enumerate(self.items):
+            if not isinstance(message, dict) or message.get("role") != "assistant":
+                continue
+            content = message.get("content")
+            blocks = [block for block in content if isinstance(block, dict)] if isinstance(content, list) else []
+            if any(block.get("type") in ("thinking", "redacted_thinking") for block in blocks):
+                continue
+            calls = [block for block in blocks if block.get("type") == "tool_use"]
+            if calls:
+                keys = [self.keys.call(block.get("id"), block.get("name"), block.get("input")) for block in calls]
+            elif all_turns and message_text(content).strip():
+                keys = [self.keys.answer(message_text(content))]
+            else:
+                continue
+            lost.append(_LostTurn(at, message, keys))
+        return lost
+
     def _restore_reasoning(self, found: Mapping[str, bytes], placeholder: str) -> None:
         where = self._items_key
         restored = []
@@ -158,6 +184,12 @@ class HistoryRepair:
             else:
                 self._changed(REASONING, f"{where}[{turn.at}]")
             restored.append((turn.item, reasoning))
+        if self.api == MESSAGES:
+            for message, reasoning in restored:
+                blocks = [block for block in reasoning.get("blocks") or () if isinstance(block, dict)]
+                content = message.get("content")
+                message["content"] = blocks + (content if isinstance(content, list) else [{"type": "text", "text": content}])
+            return
         if self.api != RESPONSES:
             for message, reasoning in restored:
                 message.update({name: value for name, value in reasoning.items() if name in CHAT_REASONING_FIELDS})
@@ -168,6 +200,8 @@ class HistoryRepair:
             self.items[at:at] = [item for item in reasoning.get("items") or () if isinstance(item, dict)]
 
     def _placeholder(self, text: str) -> dict[str, Any]:
+        if self.api == MESSAGES:
+            return {"blocks": [{"type": "thinking", "thinking": text, "signature": ""}]}
         if self.api == RESPONSES:
             return {"items": [{"type": "reasoning", "summary": [], "content": [{"type": "reasoning_text", "text": text}]}]}
         return {"reasoning_content": text}
@@ -213,8 +247,26 @@ class HistoryRepair:
             if isinstance(call.id, str) and id(call.holder) not in links.answered
         ]
 
+    def _add_messages_result(self, after: int, call_id: str) -> None:
+        """Anthropic: results are `tool_result` blocks at the start of the next user message."""
+        items = self.items
+        result = {"type": "tool_result", "tool_use_id": call_id, "content": NO_RESULT}
+        following = items[after + 1] if after + 1 < len(items) else None
+        if isinstance(following, dict) and following.get("role") == "user":
+            content = following.get("content")
+            blocks = content if isinstance(content, list) else [{"type": "text", "text": content}] if isinstance(content, str) else []
+            firsts = 0
+            while firsts < len(blocks) and isinstance(blocks[firsts], dict) and blocks[firsts].get("type") == "tool_result":
+                firsts += 1
+            following["content"] = [*blocks[:firsts], result, *blocks[firsts:]]
+        else:
+            items.insert(after + 1, {"role": "user", "content": [result]})
+
     def _end_of_results(self, at: int) -> int:
-        """The last item of the run of results (and, for Responses, further model items) after `at`."""
+        """The last item of the run of results (and, for Responses, further model items) after
+        `at`; Anthropic: `at` itself (its results go into the next message)."""
+        if self.api == MESSAGES:
+            return at
         items, chat = self.items, self.api != RESPONSES
         end = at
         for later in range(at + 1, len(items)):
@@ -236,8 +288,7 @@ class HistoryRepair:
         """Rename every call id not of Kimi's form to `functions.NAME:IDX`, IDX counting the
         conversation's calls in order of appearance (the next free number where that one is
         taken); each result follows the call it answers (`_link`)."""
-        chat = self.api != RESPONSES
-        id_field, result_field = ("id", "tool_call_id") if chat else ("call_id", "call_id")
+        id_field, result_field = {RESPONSES: ("call_id", "call_id"), MESSAGES: ("id", "tool_use_id")}.get(self.api, ("id", "tool_call_id"))
         kimi_form = [isinstance(call.id, str) and KIMI_ID.fullmatch(call.id) for call in links.calls]
         taken = {int(m.group(2)) for m in kimi_form if m}
         next_free = max(taken, default=-1) + 1
@@ -249,13 +300,13 @@ class HistoryRepair:
                 index, next_free = next_free, next_free + 1
             taken.add(index)
             call.holder[id_field] = f"functions.{name}:{index}"
-            where = f"[{call.at}].tool_calls[{call.n}]" if chat else f"[{call.at}]"
+            where = {RESPONSES: f"[{call.at}]", MESSAGES: f"[{call.at}].content[{call.n}]"}.get(self.api, f"[{call.at}].tool_calls[{call.n}]")
             self._changed(KIMI_IDS, self._items_key + where, id=call.holder[id_field])
-        for at, result in links.results:
+        for where, result in links.results:
             call = links.matched.get(id(result))
             if call is not None and result[result_field] != call[id_field]:
                 result[result_field] = call[id_field]
-                self._changed(KIMI_IDS, f"{self._items_key}[{at}].{result_field}", id=call[id_field])
+                self._changed(KIMI_IDS, f"{self._items_key}{where}.{result_field}", id=call[id_field])
 
 
 def _function_of(call: dict[str, Any]) -> tuple[Any, Any]:
@@ -275,12 +326,12 @@ class _Call:
 @dataclass(slots=True)
 class _Links:
     calls: list[_Call]
-    results: list[tuple[int, dict[str, Any]]]  # (position, result item) of results with a string id
+    results: list[tuple[str, dict[str, Any]]]  # (where, the result) of results with a string id
     matched: dict[int, dict[str, Any]]  # id(result) -> the holder of the call it answers
     answered: set[int]  # id(holder) of the calls some result answers
 
 
-def _link(items: list[Any], chat: bool) -> _Links:
+def _link(items: list[Any], api: str) -> _Links:
     """The calls and results of a history, and which call each result answers: the earliest
     call before it with its id that no result answered yet, else (a result repeated) the
     latest call with its id."""
@@ -290,31 +341,45 @@ def _link(items: list[Any], chat: bool) -> _Links:
     for at, item in enumerate(items):
         if not isinstance(item, dict):
             continue
-        role, kind = item.get("role"), item.get("type")
-        if chat and role == "tool" or not chat and kind == "function_call_output":
-            result_id = item.get("tool_call_id" if chat else "call_id")
+        calls, results = _calls_and_results(item, at, api)
+        for where, result, result_id in results:
             if not isinstance(result_id, str):
                 continue
-            links.results.append((at, item))
+            links.results.append((where, result))
             queue = waiting.get(result_id)
             call = queue.pop(0) if queue else latest.get(result_id)
             if call is not None:
-                links.matched[id(item)] = call
+                links.matched[id(result)] = call
                 links.answered.add(id(call))
-            continue
-        if chat and role == "assistant":
-            entries = item.get("tool_calls")
-            found = [_Call(at, n, c, c.get("id"), _function_of(c)[0]) for n, c in enumerate(entries if isinstance(entries, list) else ()) if isinstance(c, dict)]
-        elif not chat and kind == "function_call":
-            found = [_Call(at, 0, item, item.get("call_id"), item.get("name"))]
-        else:
-            continue
-        for call in found:
+        for call in calls:
             links.calls.append(call)
             if isinstance(call.id, str):
                 waiting.setdefault(call.id, []).append(call.holder)
                 latest[call.id] = call.holder
     return links
+
+
+def _calls_and_results(item: dict[str, Any], at: int, api: str) -> tuple[list[_Call], list[tuple[str, dict, Any]]]:
+    """The calls an item makes and the results it carries ((where, result, the id it answers))."""
+    role, kind = item.get("role"), item.get("type")
+    if api == MESSAGES:
+        content = item.get("content")
+        blocks = list(enumerate(content)) if isinstance(content, list) else []
+        if role == "assistant":
+            return [_Call(at, n, b, b.get("id"), b.get("name")) for n, b in blocks if isinstance(b, dict) and b.get("type") == "tool_use"], []
+        return [], [(f"[{at}].content[{n}]", b, b.get("tool_use_id")) for n, b in blocks if isinstance(b, dict) and b.get("type") == "tool_result"]
+    if api == RESPONSES:
+        if kind == "function_call_output":
+            return [], [(f"[{at}]", item, item.get("call_id"))]
+        if kind == "function_call":
+            return [_Call(at, 0, item, item.get("call_id"), item.get("name"))], []
+        return [], []
+    if role == "tool":
+        return [], [(f"[{at}]", item, item.get("tool_call_id"))]
+    if role == "assistant":
+        entries = item.get("tool_calls")
+        return [_Call(at, n, c, c.get("id"), _function_of(c)[0]) for n, c in enumerate(entries if isinstance(entries, list) else ()) if isinstance(c, dict)], []
+    return [], []
 
 
 def _model_runs(items: list[Any]) -> list[tuple[int, list[dict[str, Any]]]]:

@@ -30,7 +30,7 @@ from typing import Any
 
 import orjson
 
-from .apis import RESPONSES
+from .apis import MESSAGES, RESPONSES
 
 CHAT_REASONING_FIELDS = ("reasoning_content", "reasoning", "reasoning_details")
 _CREDENTIAL_HEADERS = ("authorization", "x-api-key", "api-key", "x-goog-api-key")
@@ -146,10 +146,14 @@ def turns_given(api: str, body: bytes) -> list[GivenTurn]:
             return []
         if api == RESPONSES:
             return _responses_turns(parsed.get("output"))
+        if api == MESSAGES:
+            return [_messages_turn(parsed.get("content"))]
         return [_chat_message_turn(choice.get("message")) for choice in _dicts(parsed.get("choices"))]
     events = _sse_data(body)
     if api == RESPONSES:
         return _responses_turns(_responses_stream_output(events))
+    if api == MESSAGES:
+        return [_messages_turn(_messages_stream_content(events))]
     return _chat_stream_turns(events)
 
 
@@ -254,6 +258,42 @@ def _responses_turns(output: Any) -> list[GivenTurn]:
     if reasoning_items:
         turn.reasoning = {"items": reasoning_items}
     return [turn]
+
+
+def _messages_stream_content(events: Iterable[Any]) -> list[dict[str, Any]]:
+    """The content blocks of an Anthropic stream, accumulated as the SDKs do."""
+    blocks: dict[Any, dict[str, Any]] = {}
+    for event in events:
+        if not isinstance(event, dict):
+            continue
+        kind, index = event.get("type"), event.get("index")
+        if kind == "content_block_start" and isinstance(event.get("content_block"), dict):
+            blocks[index] = dict(event["content_block"])
+        elif kind == "content_block_delta" and index in blocks and isinstance(event.get("delta"), dict):
+            delta, block = event["delta"], blocks[index]
+            for name in ("text", "thinking", "signature", "partial_json"):
+                if isinstance(delta.get(name), str):
+                    block[name] = (block.get(name) or "") + delta[name]
+    content = []
+    for block in blocks.values():
+        if "partial_json" in block:
+            try:
+                block["input"] = orjson.loads(block.pop("partial_json"))
+            except orjson.JSONDecodeError:
+                continue  # not what the client could read
+        content.append(block)
+    return content
+
+
+def _messages_turn(content: Any) -> GivenTurn:
+    turn = GivenTurn()
+    blocks = _dicts(content)
+    thinking = [block for block in blocks if block.get("type") in ("thinking", "redacted_thinking")]
+    if thinking:
+        turn.reasoning = {"blocks": thinking}
+    turn.calls = [(block.get("id"), block.get("name"), block.get("input")) for block in blocks if block.get("type") == "tool_use"]
+    turn.text = message_text(blocks)
+    return turn
 
 
 # -- stores ----------------------------------------------------------------------------------------
