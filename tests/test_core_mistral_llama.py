@@ -21,7 +21,7 @@ from toolshim.calls import (
 from toolshim.lexers.base import CallArgs, CallBegin, CallEnd, Text
 from toolshim.lexers.llama import LlamaLexer
 from toolshim.lexers.mistral import MistralLexer
-from toolshim.lexers.units import call_entries
+from toolshim.judge import call_entries
 from toolshim.tools import RequestContext, ToolSpec
 
 WEATHER = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}

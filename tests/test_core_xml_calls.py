@@ -17,8 +17,9 @@ from toolshim.calls import (
     RewriteStats,
 )
 from toolshim.lexers.base import CallArgs, CallBegin, CallEnd, ChainLexer, Text
-from toolshim.lexers.sentinel import SentinelLexer
-from toolshim.lexers.xml_calls import GlmLexer, MiniMaxLexer, QwenXmlLexer, coerce_value
+from toolshim.lexers.hermes import HermesLexer
+from toolshim.judge import coerce_value
+from toolshim.lexers.xml_calls import GlmLexer, MiniMaxLexer, QwenXmlLexer
 from toolshim.tools import RequestContext, ToolSpec
 
 STRINGS = lambda *names: {"type": "object", "properties": {n: {"type": "string"} for n in names}}  # noqa: E731
@@ -489,10 +490,10 @@ GLM = "Let me check.\n<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_valu
 NYC = [Text("Let me check.")] + call("get_weather", {"city": "NYC"}) + [Text("\nDone.")]
 
 CHAINS = {
-    "sentinel>qwen": lambda s: ChainLexer(SentinelLexer(s), QwenXmlLexer(s)),
-    "qwen>sentinel": lambda s: ChainLexer(QwenXmlLexer(s), SentinelLexer(s)),
-    "sentinel>qwen>glm": lambda s: ChainLexer(SentinelLexer(s), ChainLexer(QwenXmlLexer(s), GlmLexer(s))),
-    "glm>qwen>sentinel": lambda s: ChainLexer(GlmLexer(s), ChainLexer(QwenXmlLexer(s), SentinelLexer(s))),
+    "hermes>qwen": lambda s: ChainLexer(HermesLexer(s), QwenXmlLexer(s)),
+    "qwen>hermes": lambda s: ChainLexer(QwenXmlLexer(s), HermesLexer(s)),
+    "hermes>qwen>glm": lambda s: ChainLexer(HermesLexer(s), ChainLexer(QwenXmlLexer(s), GlmLexer(s))),
+    "glm>qwen>hermes": lambda s: ChainLexer(GlmLexer(s), ChainLexer(QwenXmlLexer(s), HermesLexer(s))),
 }
 
 
@@ -511,7 +512,7 @@ def test_chained_dialects_in_one_stream():
     text = HERMES + "\n" + QWEN + "\n" + GLM
     expected = [Text("Let me check.")] + call("get_weather", {"city": "NYC"}) + [Text("\nDone.\nLet me check.")]
     expected += call("get_weather", {"city": "NYC"}) + [Text("\nDone.\nLet me check.")] + call("get_weather", {"city": "NYC"}) + [Text("\nDone.")]
-    for make in (CHAINS["sentinel>qwen>glm"], CHAINS["glm>qwen>sentinel"]):
+    for make in (CHAINS["hermes>qwen>glm"], CHAINS["glm>qwen>hermes"]):
         assert run(make(make_scope()), text) == expected
 
 

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from harness import sse_body
 from responses import response_json, responses_events, responses_sse
-from test_properties_sentinel import TOOLS, model_text
+from test_properties_hermes import TOOLS, model_text
 from toolshim.chat import ChatStreamRewriter, rewrite_chat_completion
 from toolshim.responses import ResponsesStreamRewriter, rewrite_response_body
 from toolshim.tools import RequestContext

@@ -19,30 +19,30 @@ import pytest
 from harness import sse_body
 from toolshim import chat, sse
 from toolshim.chat import ChatStreamRewriter
-from toolshim.lexers import base, deepseek, harmony, kimi, llama, mistral, sentinel, think, units, xml_calls
+from toolshim.lexers import base, deepseek, harmony, hermes, kimi, llama, mistral, think, units, xml_calls
 from toolshim.tools import RequestContext
 
 KINDS = ("marker search", "block scan", "framing")
-LEXER_MODULES = (base, deepseek, harmony, kimi, llama, mistral, sentinel, think, units, xml_calls)
+LEXER_MODULES = (base, deepseek, harmony, hermes, kimi, llama, mistral, think, units, xml_calls)
 BASH = {"type": "function", "function": {"name": "bash", "parameters": {"type": "object", "properties": {"command": {"type": "string"}}}}}
 
 
 class Work(Counter):
-    """Work counted by kind; `sentinels` are the `<tool_call>` lexers made meanwhile."""
+    """Work counted by kind; `hermes_lexers` are the `<tool_call>` lexers made meanwhile."""
 
-    sentinels: list[sentinel.SentinelLexer]
+    hermes_lexers: list[hermes.HermesLexer]
 
 
 @pytest.fixture
 def work(monkeypatch: pytest.MonkeyPatch) -> Work:
     counted = Work()
     find_marker, cut, feed, dumps = base.find_marker, sse.SseFramer._cut, sse.SseFramer.feed, orjson.dumps
-    sentinel_init = sentinel.SentinelLexer.__init__
-    sentinels: list[sentinel.SentinelLexer] = []
+    hermes_init = hermes.HermesLexer.__init__
+    hermes_lexers: list[hermes.HermesLexer] = []
 
     def registering_init(lexer, *args, **kwargs):
-        sentinel_init(lexer, *args, **kwargs)
-        sentinels.append(lexer)
+        hermes_init(lexer, *args, **kwargs)
+        hermes_lexers.append(lexer)
 
     def counting_find_marker(buf, start, markers, final):
         counted["marker search"] += len(buf) - start
@@ -69,8 +69,8 @@ def work(monkeypatch: pytest.MonkeyPatch) -> Work:
     monkeypatch.setattr(sse.SseFramer, "_cut", counting_cut)
     monkeypatch.setattr(sse.SseFramer, "feed", counting_feed)
     monkeypatch.setattr(chat.orjson, "dumps", counting_dumps)
-    monkeypatch.setattr(sentinel.SentinelLexer, "__init__", registering_init)
-    counted.sentinels = sentinels  # their block scanner counts its own work
+    monkeypatch.setattr(hermes.HermesLexer, "__init__", registering_init)
+    counted.hermes_lexers = hermes_lexers  # their block scanner counts its own work
     return counted
 
 
@@ -124,10 +124,10 @@ def test_work_per_character_does_not_grow_with_the_input(work: Work, model, make
     for size in (2_000, 32_000):
         pieces = make(size)
         work.clear()
-        work.sentinels.clear()
+        work.hermes_lexers.clear()
         rewriter, _, _, events = rewrite(model, pieces)
         assert rewriter.stats.calls == calls
-        work["block scan"] = sum(lexer.examined for lexer in work.sentinels)
+        work["block scan"] = sum(lexer.examined for lexer in work.hermes_lexers)
         chars = sum(map(len, pieces))
         per_char[size] = {kind: work[kind] / chars for kind in KINDS}
         assert work["serialised"] <= 2 * events, "an event may be serialised again once, plus its split-off finish"

@@ -125,3 +125,8 @@ class CallScope:
 
     def id_taken(self, call_id: str) -> bool:
         return call_id in self._ledger.used_ids
+
+
+def excerpt(text: str, limit: int = 120) -> str:
+    """Markup quoted in a note: enough to recognise it, bounded for a 1 MB block."""
+    return text if len(text) <= limit else text[: limit - 1] + "…"

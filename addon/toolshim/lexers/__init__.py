@@ -22,7 +22,7 @@ from .kimi import KimiCallNamer, KimiLexer
 from .llama import LlamaLexer
 from .xml_calls import GlmLexer, MiniMaxLexer, QwenXmlLexer
 from .mistral import MistralLexer
-from .sentinel import SentinelLexer
+from .hermes import HermesLexer
 from .think import TOOL_STARTS, ReasoningSplit, ThinkLexer
 
 
@@ -41,7 +41,7 @@ def _kimi(lexers: ScopeLexers, reasoning: bool) -> Lexer:
 
 
 def _hermes(lexers: ScopeLexers, reasoning: bool) -> Lexer:
-    return SentinelLexer(lexers.scope.for_dialect("hermes"), max_held=lexers.max_held)
+    return HermesLexer(lexers.scope.for_dialect("hermes"), max_held=lexers.max_held)
 
 
 def _qwen_xml(lexers: ScopeLexers, reasoning: bool) -> Lexer:

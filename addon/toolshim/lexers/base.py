@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Protocol
 
+from ..calls import excerpt  # noqa: F401  (re-exported: the lexers quote markup in notes)
+
 
 @dataclass(slots=True, frozen=True)
 class Text:
@@ -201,8 +203,3 @@ class TextPieces:
         self._joined = [text]
         self._recent.clear()
         return text
-
-
-def excerpt(text: str, limit: int = 120) -> str:
-    """Markup quoted in a note: enough to recognise it, bounded for a 1 MB block."""
-    return text if len(text) <= limit else text[: limit - 1] + "…"

@@ -96,7 +96,7 @@ from .base import (
     find_marker,
     is_marker_fragment,
 )
-from .sentinel import ToolCallJudge, compact_json
+from ..judge import ToolCallJudge, compact_json
 
 BAR, SPACE = "\uff5c", "\u2581"  # the fullwidth bar and the "lower one eighth block" space
 

@@ -85,7 +85,7 @@ from .base import (
     find_marker,
     is_marker_fragment,
 )
-from .sentinel import ToolCallJudge, compact_json
+from ..judge import ToolCallJudge, compact_json
 
 __all__ = ["HarmonyLexer", "ReasoningText"]
 

@@ -55,6 +55,7 @@ from typing import Any, Callable
 
 from ..calls import INVALID_JSON, CallScope
 from .base import Marker, Segment
+from ..judge import Calls, judge_call, judge_entries
 from .units import (
     CLOSED,
     MAX_NAME,
@@ -62,14 +63,11 @@ from .units import (
     PARTIAL,
     STOP,
     WAIT,
-    Calls,
     JsonScanner,
     UnitLexer,
-    judge_call,
-    judge_entries,
     marker_at,
 )
-from .sentinel import compact_json
+from ..judge import compact_json
 
 FUNCTION = Marker("<function=", "function")
 FUNCTION_NAMED = Marker('<function name="', "function")  # the drift spelling llama.cpp accepts

@@ -47,14 +47,13 @@ from typing import Callable
 
 from ..calls import CallScope
 from .base import Marker, Segment
+from ..judge import judge_call, judge_entries
 from .units import (
     MAX_NAME,
     MAX_ID,
     PARTIAL,
     JsonScanner,
     UnitLexer,
-    judge_call,
-    judge_entries,
     marker_at,
     _NAME_CHAR,
     _NAME_RUN,

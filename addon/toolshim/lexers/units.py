@@ -7,13 +7,12 @@ strings and depth incrementally; `judge_entries` reads call objects or lists.
 
 from __future__ import annotations
 
-import json
 import re
-from typing import Any, Callable
+from typing import Callable
 
 from ..calls import CallScope
 from .base import CallArgs, CallBegin, CallEnd, Marker, Segment, Text, find_marker
-from .sentinel import ToolCallJudge, compact_json
+from ..judge import Calls, ToolCallJudge
 
 TEXT, AFTER = "text", "after"
 
@@ -28,8 +27,6 @@ _CALLS_PAD = re.compile(r"[\s\u2581]*")  # `▁`: SentencePiece's space, decoded
 
 PARTIAL = "partial"  # what `marker_at` returns for a possible beginning of a marker
 
-# (name, arguments JSON text, the model's id or None) for each call a unit makes
-Calls = list[tuple[str, str, str | None]]
 
 
 def marker_at(buf: str, i: int, markers: tuple[Marker, ...]) -> Marker | str | None:
@@ -108,107 +105,6 @@ class JsonScanner:
             self.depth -= 1
             return self.depth == 0
         return False
-
-
-def _refuse(literal: str) -> Any:
-    raise ValueError(f"{literal} is not JSON")
-
-
-_DECODER = json.JSONDecoder(parse_constant=_refuse)
-_JSON_WS = re.compile(r"[ \t\n\r]*")
-
-
-def call_entries(text: str) -> list[Any] | None:
-    """The call objects of a JSON object or list, arguments objects as the model wrote them.
-
-    Each `"arguments"` / `"parameters"` value that is an object is replaced by its exact text,
-    so that a verdict passes the model's bytes on. None: `text` is not strict JSON.
-    """
-    try:
-        i = _JSON_WS.match(text).end()
-        if text.startswith("[", i):
-            entries: list[Any] = []
-            i = _JSON_WS.match(text, i + 1).end()
-            if text.startswith("]", i):
-                i += 1
-            else:
-                while True:
-                    entry, i = _entry(text, i)
-                    entries.append(entry)
-                    i = _JSON_WS.match(text, i).end()
-                    if text.startswith(",", i):
-                        i = _JSON_WS.match(text, i + 1).end()
-                    elif text.startswith("]", i):
-                        i += 1
-                        break
-                    else:
-                        return None
-        else:
-            entry, i = _entry(text, i)
-            entries = [entry]
-        return entries if _JSON_WS.match(text, i).end() == len(text) else None
-    except (ValueError, RecursionError):  # JSONDecodeError is a ValueError
-        return None
-
-
-def _entry(text: str, i: int) -> tuple[Any, int]:
-    if not text.startswith("{", i):
-        return _DECODER.raw_decode(text, i)
-    entry: dict[str, Any] = {}
-    i = _JSON_WS.match(text, i + 1).end()
-    if text.startswith("}", i):
-        return entry, i + 1
-    while True:
-        if not text.startswith('"', i):
-            raise ValueError("a key must be a string")
-        key, i = _DECODER.raw_decode(text, i)
-        i = _JSON_WS.match(text, i).end()
-        if not text.startswith(":", i):
-            raise ValueError("':' expected")
-        start = i = _JSON_WS.match(text, i + 1).end()
-        value, i = _DECODER.raw_decode(text, i)
-        if key in ("arguments", "parameters") and isinstance(value, dict):
-            value = text[start:i]
-        entry[key] = value
-        i = _JSON_WS.match(text, i).end()
-        if text.startswith(",", i):
-            i = _JSON_WS.match(text, i + 1).end()
-        elif text.startswith("}", i):
-            return entry, i + 1
-        else:
-            raise ValueError("',' or '}' expected")
-
-
-def judge_entries(judge: ToolCallJudge, block: str) -> Calls | None:
-    """The verdict on a JSON call object or list of them, with each call's `"id"` if any.
-
-    Readable JSON is handed to the judge with its arguments objects as text, so the model's
-    bytes are kept; unreadable JSON goes to the judge as it is (one repair pass for non-strict
-    tools, the arguments then re-serialised, ids lost).
-    """
-    entries = call_entries(block)
-    if entries is None:
-        calls = judge.verdict(block)
-        return [(call.name, call.arguments, None) for call in calls] if calls else None
-    shown: list[Any] = []
-    for entry in entries:
-        if isinstance(entry, dict):
-            arguments = entry.get("arguments")
-            if arguments is None:
-                arguments = entry.get("parameters")
-            entry = {"name": entry.get("name")} | ({} if arguments is None else {"arguments": arguments})
-        shown.append(entry)
-    calls = judge.verdict(compact_json(shown))
-    if not calls:
-        return None
-    ids = [entry.get("id") if isinstance(entry, dict) else None for entry in entries]
-    return [(call.name, call.arguments, ids[k] if isinstance(ids[k], str) else None) for k, call in enumerate(calls)]
-
-
-def judge_call(judge: ToolCallJudge, name: str, arguments: str, model_id: str | None = None) -> Calls | None:
-    """The verdict on one call written as a name and the JSON text of its arguments."""
-    calls = judge.verdict(compact_json({"name": name, "arguments": arguments}))
-    return [(call.name, call.arguments, model_id) for call in calls] if calls else None
 
 
 # -- the shared engine ------------------------------------------------------------------------

@@ -18,12 +18,12 @@ Values are raw text, typed by the tool's JSON Schema for that property (`coerce_
 MiniMax values lose one leading and one trailing newline, GLM values are taken as written. The
 arguments are compact JSON of the object built, keys in order of appearance.
 
-Rules shared with the `<tool_call>` JSON dialect (sentinel.py): text outside blocks streams live
+Rules shared with the `<tool_call>` JSON dialect (hermes.py): text outside blocks streams live
 (only a possible beginning of a marker is held); a block is held until it closes and then judged
 as a whole: it becomes calls only when every name is a declared tool, strict tools' arguments
 validate against their parameters (STRICT_FAILURE otherwise; non-strict: SCHEMA_MISMATCH, emitted
 anyway) and `scope.admit_all` agrees; otherwise the block is shown as text exactly as written.
-Whitespace follows sentinel.py's padding rules: whitespace before a block that is unsent when the
+Whitespace follows hermes.py's padding rules: whitespace before a block that is unsent when the
 block's marker is read, and whitespace between blocks that became calls, is dropped with them;
 around text it is kept exactly. Without declared tools the lexers pass everything through.
 
@@ -31,12 +31,12 @@ Sharing `<tool_call>` (Hermes JSON, Qwen XML and GLM all open with it). Each lex
 first character after the tag and its whitespace, and when it is not its own it releases the tag
 and what it held as Text at once, exactly as written, then reads on as text:
 
-    Hermes (SentinelLexer): `{` or `[`    Qwen: `<function=`    GLM: a name character
+    Hermes (HermesLexer): `{` or `[`    Qwen: `<function=`    GLM: a name character
     (letter, digit, `_ . : / -`).
 
 The three sets are disjoint, so in a `ChainLexer` each block reaches the lexer that owns it
 intact, in any order, and a lexer never holds another dialect's block longer than its tag plus
-whitespace. The recommended order still puts SentinelLexer first: the XML lexers do not follow
+whitespace. The recommended order still puts HermesLexer first: the XML lexers do not follow
 JSON strings, and a JSON string of a Hermes block could hold markup that looks like an XML call
 (the reverse, a Qwen value holding a whole Hermes block, is the same rare hazard the other way).
 
@@ -90,182 +90,19 @@ same character however the text was split (the scan never runs past the cap).
 
 from __future__ import annotations
 
-import ast
-import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..calls import SCHEMA_MISMATCH, STRICT_FAILURE, UNKNOWN_NAME, CallScope
-from ..tools import ToolSpec
 from .base import CallArgs, CallBegin, CallEnd, Marker, Segment, Text, excerpt, find_marker
-from .sentinel import ToolCallJudge, compact_json, loads_strict
+from ..judge import ToolCallJudge, _properties, coerce_value, compact_json
 
 MAX_NAME = 256  # a function, parameter or key name longer than this is not a name
 
 TEXT = "text"
 _WS = re.compile(r"\s*")
-
-
-# -- typing a value by the tool's schema --------------------------------------------------------
-
-_TYPE_ALIASES = {  # spellings seen in hand-written schemas (vLLM accepts them too)
-    "int": "integer", "long": "integer", "int32": "integer", "int64": "integer",
-    "float": "number", "double": "number", "bool": "boolean",
-    "str": "string", "text": "string", "dict": "object", "list": "array", "arr": "array",
-}
-_INTEGER = re.compile(r"[-+]?\d+")
-_NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
-_NO = object()  # "this reading failed", distinct from a None that means JSON null
-
-
-def coerce_value(raw: str, schema: dict[str, Any] | None) -> Any:
-    """The JSON value of a parameter written as raw text, typed by its property `schema`.
-
-    The rules of vLLM's Qwen3-Coder parser, made stricter where they would lose the model's text:
-
-    * no usable schema (None, not an object, no type to be read from it: `{}`, a `$ref`), or a
-      property the tool does not declare: the text, as a string. GLM writes non-string values
-      as JSON whatever the schema; vLLM's GLM parser decodes them when the schema does not say
-      string, we do not: a call to a property the client never declared stays the model's text;
-    * the types allowed are read from `type` (a name or a list), `anyOf` / `oneOf` / `allOf`
-      (their union), `enum` / `const` (the types of their values), else `properties` (object)
-      or `items` (array);
-    * `null` (or Python's `None`, which Jinja templates print) is None when null is allowed, or
-      when string is not (vLLM); a string is always valid where string is allowed, so then the
-      text is kept as it is (`"02139"` stays a zip code even if integer is allowed too);
-    * integer: digits (or a number with no fraction, `5.0`); number: integers stay integers,
-      others are finite floats; boolean: `true` / `false`, any case (Jinja prints `True`);
-    * object / array: JSON, then a Python literal (`ast.literal_eval`: `{'k': 'v'}`, tuples as
-      lists), also when the JSON is a string holding them (templates that double-encode);
-      accepted only when the result is of an allowed type and plain JSON;
-    * anything that reads as no allowed type stays the text (a schema mismatch for the judge).
-    """
-    types = schema_types(schema)
-    if not types:
-        return raw
-    text = raw.strip()
-    if text.lower() in ("null", "none") and ("null" in types or "string" not in types):
-        return None
-    if "string" in types:
-        return raw
-    if "integer" in types or "number" in types:
-        number = _number(text, integral="number" not in types)
-        if number is not None:
-            return number
-    if "boolean" in types and text.lower() in ("true", "false"):
-        return text.lower() == "true"
-    if "object" in types or "array" in types:
-        value = _container(text, types)
-        if value is not _NO:
-            return value
-    return raw
-
-
-def schema_types(schema: Any, _depth: int = 0) -> set[str]:
-    """The JSON types a property schema allows, as far as it says (empty: it does not say)."""
-    if not isinstance(schema, dict) or _depth > 8:
-        return set()
-    types: set[str] = set()
-    declared = schema.get("type")
-    for name in [declared] if isinstance(declared, str) else declared if isinstance(declared, list) else []:
-        if isinstance(name, str):
-            name = name.strip().lower()
-            types.add(_TYPE_ALIASES.get(name, name))
-    for key in ("anyOf", "oneOf", "allOf"):
-        options = schema.get(key)
-        if isinstance(options, list):
-            for option in options:
-                types |= schema_types(option, _depth + 1)
-    values = list(schema["enum"]) if isinstance(schema.get("enum"), list) else []
-    if "const" in schema:
-        values.append(schema["const"])
-    types.update(_json_type(value) for value in values)
-    if not types:
-        if "properties" in schema:
-            types.add("object")
-        elif "items" in schema:
-            types.add("array")
-    return types
-
-
-def _json_type(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int):
-        return "integer"
-    if isinstance(value, float):
-        return "number"
-    if isinstance(value, list):
-        return "array"
-    if isinstance(value, dict):
-        return "object"
-    return "string"
-
-
-def _number(text: str, integral: bool) -> int | float | None:
-    try:
-        if _INTEGER.fullmatch(text):
-            return int(text)
-        if _NUMBER.fullmatch(text):
-            value = float(text)
-            if not math.isfinite(value):
-                return None
-            if integral:
-                return int(value) if value.is_integer() else None
-            return value
-    except ValueError:  # more digits than Python converts
-        return None
-    return None
-
-
-def _container(text: str, types: set[str]) -> Any:
-    value = _json(text)
-    if value is _NO:
-        value = _literal(text)
-    elif isinstance(value, str):  # a JSON string holding the value: read once more
-        inner = _json(value)
-        value = _literal(value) if inner is _NO else inner
-    if (isinstance(value, dict) and "object" in types) or (isinstance(value, list) and "array" in types):
-        return value
-    return _NO
-
-
-def _json(text: str) -> Any:
-    return loads_strict(text, _NO)
-
-
-def _literal(text: str) -> Any:
-    """A Python literal as plain JSON data, or `_NO` (sets, bytes, complex: not JSON)."""
-    try:
-        return _plain(ast.literal_eval(text))
-    except Exception:  # SyntaxError, ValueError, MemoryError, RecursionError: not a literal
-        return _NO
-
-
-def _plain(value: Any) -> Any:
-    if value is None or isinstance(value, (str, bool, int)):
-        return value
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            raise ValueError("not a JSON number")
-        return value
-    if isinstance(value, (list, tuple)):
-        return [_plain(item) for item in value]
-    if isinstance(value, dict) and all(isinstance(key, str) for key in value):
-        return {key: _plain(item) for key, item in value.items()}
-    raise ValueError("not JSON data")
-
-
-def _properties(spec: ToolSpec | None) -> dict[str, Any] | None:
-    """The tool's top-level properties, or None when it declares none."""
-    parameters = spec.parameters if spec is not None else None
-    properties = parameters.get("properties") if isinstance(parameters, dict) else None
-    return properties if isinstance(properties, dict) else None
-
 
 
 # -- what every block dialect shares ------------------------------------------------------------
@@ -343,7 +180,7 @@ class _BlockLexer:
     def _reset(self) -> None:
         self._state = TEXT
         self._tail = ""  # unread text: a possible beginning of a marker or tag
-        self._pad = ""  # whitespace held in TEXT (sentinel.py's padding rules)
+        self._pad = ""  # whitespace held in TEXT (hermes.py's padding rules)
         self._after_call = False  # the last thing out was a call: whitespace is held
         self._reset_block()
 

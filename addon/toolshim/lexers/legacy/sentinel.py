@@ -58,7 +58,7 @@ import jsonschema
 import orjson
 from jsonschema.exceptions import best_match
 
-from ..calls import (
+from ...calls import (
     INVALID_JSON,
     INVALID_SCHEMA,
     REPAIRED_JSON,
@@ -67,7 +67,7 @@ from ..calls import (
     UNKNOWN_NAME,
     CallScope,
 )
-from ..tools import ToolSpec
+from ...tools import ToolSpec
 from .base import CallArgs, CallBegin, CallEnd, Marker, Segment, Text, TextPieces, excerpt, find_marker
 
 OPEN_TAG = "<tool_call>"

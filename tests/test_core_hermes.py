@@ -19,7 +19,8 @@ from toolshim.calls import (
     RewriteStats,
 )
 from toolshim.lexers.base import CallArgs, CallBegin, CallEnd, Text
-from toolshim.lexers.sentinel import SentinelLexer, ToolCallJudge
+from toolshim.judge import ToolCallJudge
+from toolshim.lexers.hermes import HermesLexer
 from toolshim.tools import RequestContext, ToolSpec
 
 WEATHER = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
@@ -49,7 +50,7 @@ def merge(segments):
 
 
 def lex(text: str, scope: CallScope | None = None, pieces: list[str] | None = None, **kwargs):
-    lexer = SentinelLexer(scope or make_scope(), **kwargs)
+    lexer = HermesLexer(scope or make_scope(), **kwargs)
     segments = []
     for piece in pieces or [text]:
         segments += lexer.feed(piece)
@@ -134,12 +135,12 @@ def test_undeclared_name_stays_text_and_is_noted():
 def test_no_declared_tools_means_no_calls_and_nothing_held():
     text = block({"name": "get_weather", "arguments": {"city": "NYC"}})
     assert lex(text, make_scope({})) == [Text(text)]
-    lexer = SentinelLexer(make_scope({}))
+    lexer = HermesLexer(make_scope({}))
     assert lexer.feed(text[:20]) == [Text(text[:20])] and lexer.idle
 
 
 def test_prose_mentioning_the_tag_streams_live():
-    lexer = SentinelLexer(make_scope())
+    lexer = HermesLexer(make_scope())
     # the first character after the tag decides: the text comes out of the same piece
     assert merge(lexer.feed("Wrap calls in <tool_call> tags, like")) == [Text("Wrap calls in <tool_call> tags, like")]
     assert merge(lexer.feed(" <tool_call>\nname")) == [Text(" <tool_call>\nname")]
@@ -276,7 +277,7 @@ def test_whitespace_around_text_blocks_is_kept_exactly():
 
 
 def test_whitespace_sent_in_an_earlier_piece_stays_sent():
-    lexer = SentinelLexer(make_scope())
+    lexer = HermesLexer(make_scope())
     assert lexer.feed("Plan: \n") == [Text("Plan: \n")]
     out = lexer.feed(block({"name": "toolName", "arguments": {}})) + lexer.finish()
     assert merge(out) == call("toolName", "{}")
@@ -287,7 +288,7 @@ def test_whitespace_sent_in_an_earlier_piece_stays_sent():
 
 def test_minted_ids_are_openai_shaped_and_unique():
     a = block({"name": "toolName", "arguments": {}})
-    lexer = SentinelLexer(make_scope())
+    lexer = HermesLexer(make_scope())
     out = lexer.feed(a * 20) + lexer.finish()
     ids = [seg.id for seg in out if isinstance(seg, CallBegin)]
     assert len(ids) == 20 and len(set(ids)) == 20
@@ -295,7 +296,7 @@ def test_minted_ids_are_openai_shaped_and_unique():
 
 
 def test_finish_leaves_the_lexer_as_new():
-    lexer = SentinelLexer(make_scope())
+    lexer = HermesLexer(make_scope())
     a = block({"name": "toolName", "arguments": {}})
     for held in ["<tool_c", '<tool_call>{"name": "to', "x" + a + "  ", ""]:
         lexer.feed(held)
@@ -305,7 +306,7 @@ def test_finish_leaves_the_lexer_as_new():
 
 
 def test_idle_only_when_nothing_is_held():
-    lexer = SentinelLexer(make_scope())
+    lexer = HermesLexer(make_scope())
     assert lexer.idle
     lexer.feed("abc <tool")
     assert not lexer.idle

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from toolshim.calls import CallScope, RewriteStats
 from toolshim.lexers.base import CallArgs, CallBegin, CallEnd, Text
-from toolshim.lexers.sentinel import SentinelLexer
+from toolshim.lexers.hermes import HermesLexer
 from toolshim.tools import RequestContext, ToolSpec
 
 TOOLS = {
@@ -110,7 +110,7 @@ def expected_text(parts) -> str:
 
 
 def run(text: str, pieces: list[str]):
-    lexer = SentinelLexer(CallScope(RequestContext(tools=dict(TOOLS)), RewriteStats()))
+    lexer = HermesLexer(CallScope(RequestContext(tools=dict(TOOLS)), RewriteStats()))
     segments = []
     for piece in pieces:
         segments += lexer.feed(piece)
@@ -186,7 +186,7 @@ def test_prose_alone_passes_through_whole(text, cuts):
 
 
 def scanned(block_text: str, piece: int = 1) -> tuple[int, list]:
-    lexer = SentinelLexer(CallScope(RequestContext(tools=dict(TOOLS)), RewriteStats()))
+    lexer = HermesLexer(CallScope(RequestContext(tools=dict(TOOLS)), RewriteStats()))
     out = []
     for i in range(0, len(block_text), piece):
         out += lexer.feed(block_text[i : i + piece])

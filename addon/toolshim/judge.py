@@ -1,0 +1,538 @@
+"""The verdict on markup that looks like calls: declared names, strict schemas, one repair.
+
+Every dialect asks `ToolCallJudge` before held markup becomes calls, so the same block gets the
+same verdict whatever its dialect, streamed or not (tool emulation reuses it too). Also here:
+reading JSON as strictly as the judge does (`loads_strict`, `compact_json`), typing a raw
+parameter value by its schema (`coerce_value`, for the XML-like dialects), and reading call
+objects with the model's own argument bytes kept (`judge_entries`).
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import math
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+import json_repair
+import jsonschema
+import orjson
+from jsonschema.exceptions import best_match
+
+from .calls import (
+    INVALID_JSON,
+    INVALID_SCHEMA,
+    REPAIRED_JSON,
+    SCHEMA_MISMATCH,
+    STRICT_FAILURE,
+    UNKNOWN_NAME,
+    CallScope,
+    excerpt,
+)
+from .tools import ToolSpec
+
+_LONG_DIGITS = re.compile(r"\d{19}")  # a number orjson might read as a float (see _loads)
+# A block whose own quotes are escaped (`{\"name\": …`) was written inside a JSON string: the
+# model is quoting markup in prose, not calling. json_repair would unescape it into a call.
+_QUOTED_BLOCK = re.compile(r'\s*(?:\[\s*)?\{\s*\\"')
+
+# (name, arguments JSON text, the model's id or None) for each call a block makes
+Calls = list[tuple[str, str, "str | None"]]
+
+
+# -- the verdict on a closed block ------------------------------------------------------------
+
+
+@dataclass(slots=True, frozen=True)
+class ParsedCall:
+    """One call a block makes: a declared tool and the JSON text of an object."""
+
+    name: str
+    arguments: str
+    notes: tuple[tuple[str, str], ...] = ()  # what was repaired or did not fit, noted once emitted
+
+
+class _Rejected(Exception):
+    """The block is not a call; the problem kind and why, for the rewrite's notes."""
+
+    def __init__(self, problem: str, detail: str) -> None:
+        super().__init__(detail)
+        self.problem = problem
+        self.detail = detail
+
+
+_INVALID = object()  # what `_loads` / `_repair` return for text they cannot read
+
+
+class ToolCallJudge:
+    """Decides whether the JSON of a closed `<tool_call>` block is a call (or several).
+
+    Checks, in order (seed 001, D5 and D5a):
+
+    * the block reads as JSON; if not, one repair pass (`json_repair`), accepted only if it
+      gives call objects naming declared tools with object arguments, and only when none of
+      them is strict (REPAIRED_JSON; otherwise INVALID_JSON, or STRICT_FAILURE);
+    * every name is a declared tool (UNKNOWN_NAME; no declared tools means no calls at all);
+    * arguments given as JSON text must read as an object: strict tools get no repair
+      (STRICT_FAILURE), others one repair pass (REPAIRED_JSON, else INVALID_JSON);
+    * arguments are validated against the tool's `parameters`: a strict tool that does not
+      fit makes no call (STRICT_FAILURE, the one policy for strict failures: the block is shown
+      as text and noted); a non-strict one is emitted anyway (SCHEMA_MISMATCH);
+    * `scope.admit` for each call (tool_choice none, parallel_tool_calls false).
+
+    A list is all-or-nothing: if any entry fails, the whole block stays text (a partial list
+    cannot be shown as text without rewriting the model's bytes). With parallel_tool_calls
+    false a list of several calls stays text too, before anything is admitted.
+
+    The arguments text is the model's own string when it sent one that reads as an object,
+    otherwise compact JSON with non-ASCII kept: the same block always gives the same text.
+    """
+
+    def __init__(self, scope: CallScope) -> None:
+        self.scope = scope
+        self._validators: dict[str, Any] = {}  # tool name -> validator, or None: not validated
+
+    def verdict(self, block: str) -> list[ParsedCall] | None:
+        """The calls to emit for `block` (the text between the tags), admitted; None: text."""
+        calls = self.check(block)
+        if calls is None:
+            return None
+        if not self.scope.admit_all([call.name for call in calls]):
+            return None
+        for call in calls:
+            for problem, detail in call.notes:
+                self._note(problem, detail)
+        return calls
+
+    def check(self, block: str) -> list[ParsedCall] | None:
+        """Everything `verdict` checks except admission; failures are noted, None: text."""
+        try:
+            return self._check(block)
+        except _Rejected as rejected:
+            self._note(rejected.problem, rejected.detail)
+            return None
+
+    def _check(self, block: str) -> list[ParsedCall]:
+        if not self.scope.tools:
+            raise _Rejected(UNKNOWN_NAME, "no tools were declared")
+        value = _loads(block)
+        repaired = value is _INVALID
+        if repaired:
+            if _QUOTED_BLOCK.match(block):  # found by tests/test_security.py: a quoted example became a call
+                raise _Rejected(INVALID_JSON, f"markup quoted inside a JSON string {excerpt(block)}")
+            value = _repair(block)
+            if value is _INVALID:
+                raise _Rejected(INVALID_JSON, f"unreadable block {excerpt(block)}")
+        entries = value if isinstance(value, list) else [value]
+        if not entries:
+            raise _Rejected(INVALID_JSON, "an empty list of calls")
+        calls = [self._check_entry(entry, repaired) for entry in entries]
+        if repaired:  # one note for the block, emitted with its first call
+            first = calls[0]
+            calls[0] = ParsedCall(first.name, first.arguments, ((REPAIRED_JSON, f"{first.name}: block JSON repaired"),) + first.notes)
+        return calls
+
+    def _check_entry(self, entry: Any, repaired: bool) -> ParsedCall:
+        # After a repair, anything but a call to a declared tool means the repair failed.
+        if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
+            raise _Rejected(INVALID_JSON, f"not a call object {excerpt(compact_json(entry))}")
+        name = entry["name"]
+        spec = self.scope.tools.get(name)
+        if spec is None:
+            raise _Rejected(INVALID_JSON if repaired else UNKNOWN_NAME, f"{excerpt(name)} is not a declared tool")
+        if repaired and spec.strict:
+            raise _Rejected(STRICT_FAILURE, f"{name}: the block is not valid JSON")
+        notes: list[tuple[str, str]] = []
+        raw = entry.get("arguments")
+        if raw is None:
+            raw = entry.get("parameters")
+        if raw is None or (isinstance(raw, str) and not raw.strip()):
+            arguments, text = {}, "{}"
+        elif isinstance(raw, dict):
+            arguments, text = raw, compact_json(raw)
+        elif isinstance(raw, str):
+            arguments, text = _loads(raw), raw  # the model's own bytes when they read as an object
+            if not isinstance(arguments, dict):
+                if spec.strict:
+                    raise _Rejected(STRICT_FAILURE, f"{name}: arguments are not a JSON object")
+                if arguments is not _INVALID:
+                    raise _Rejected(INVALID_JSON, f"{name}: arguments are not an object")
+                arguments = _repair(raw)
+                if not isinstance(arguments, dict):
+                    raise _Rejected(INVALID_JSON, f"{name}: unreadable arguments {excerpt(raw)}")
+                text = compact_json(arguments)
+                notes.append((REPAIRED_JSON, f"{name}: arguments repaired"))
+        else:
+            raise _Rejected(STRICT_FAILURE if spec.strict else INVALID_JSON, f"{name}: arguments are not an object")
+        error = self.schema_error(spec, arguments)
+        if error is not None:
+            if spec.strict:
+                raise _Rejected(STRICT_FAILURE, f"{name}: {error}")
+            notes.append((SCHEMA_MISMATCH, f"{name}: {error}"))
+        return ParsedCall(name, text, tuple(notes))
+
+    def schema_error(self, spec: ToolSpec, arguments: dict[str, Any]) -> str | None:
+        """Why `arguments` do not fit the tool's parameters, or None (fits, or no schema)."""
+        if spec.name not in self._validators:
+            validator, problem = _validator(spec.parameters)
+            if problem:
+                self._note(INVALID_SCHEMA, f"{spec.name}: {problem}")
+            self._validators[spec.name] = validator
+        validator = self._validators[spec.name]
+        if validator is None:
+            return None
+        try:
+            error = best_match(validator.iter_errors(arguments))
+        except Exception as exc:  # e.g. a $ref that cannot be resolved: treat as no schema
+            self._validators[spec.name] = None
+            self._note(INVALID_SCHEMA, f"{spec.name}: {excerpt(str(exc))}")
+            return None
+        if error is None:
+            return None
+        where = "/".join(str(p) for p in error.absolute_path)
+        return excerpt(f"{where or '(root)'}: {error.message}")
+
+    def _note(self, problem: str, detail: str) -> None:
+        self.scope.note(problem, detail)
+
+
+def _validator(parameters: dict[str, Any] | None) -> tuple[Any, str | None]:
+    """A validator for a tool's parameters (None: nothing to validate), and a problem if any."""
+    if parameters is None:
+        return None, None
+    try:
+        key = orjson.dumps(parameters, option=orjson.OPT_SORT_KEYS)
+    except (orjson.JSONEncodeError, TypeError):
+        return None, "parameters are not JSON"
+    return _compiled_validator(key)
+
+
+@lru_cache(maxsize=256)
+def _compiled_validator(key: bytes) -> tuple[Any, str | None]:
+    """Clients send the same tools with every request: schemas are checked once per process."""
+    schema = orjson.loads(key)
+    try:
+        cls = jsonschema.validators.validator_for(schema)
+        cls.check_schema(schema)
+        return cls(schema), None
+    except Exception as exc:  # SchemaError, or a $schema this jsonschema does not know
+        reason = (str(exc).splitlines() or [type(exc).__name__])[0]
+        return None, f"invalid parameters schema, not validated ({excerpt(reason)})"
+
+
+def loads_strict(text: str, invalid: Any) -> Any:
+    """Strict JSON, or `invalid` (shared by the dialects that read JSON values)."""
+    value = _loads(text)
+    return invalid if value is _INVALID else value
+
+
+def _loads(text: str) -> Any:
+    """Strict JSON, or `_INVALID`.
+
+    orjson reads integers beyond 64 bits as floats, silently: text holding a run of 19 digits
+    goes to the stdlib parser, which keeps them exact. The stdlib parser also takes what orjson
+    rejects and JSON allows (lone surrogate escapes); NaN and infinities are refused by both.
+    """
+    if not _LONG_DIGITS.search(text):
+        try:
+            return orjson.loads(text)
+        except orjson.JSONDecodeError:
+            pass
+    try:
+        return json.loads(text, parse_constant=_refuse, parse_float=_finite_float)
+    except (ValueError, RecursionError):
+        return _INVALID
+
+
+def _refuse(literal: str) -> Any:
+    raise ValueError(f"{literal} is not JSON")
+
+
+def _finite_float(literal: str) -> float:
+    value = float(literal)
+    if math.isinf(value):
+        raise ValueError(f"{literal} is out of range")
+    return value
+
+
+def _repair(text: str) -> Any:
+    """The one repair pass: what `json_repair` reads from `text`, or `_INVALID`."""
+    try:
+        value = json_repair.loads(text)
+    except Exception:  # the repairer is best-effort; deep nesting can exhaust the stack
+        return _INVALID
+    return _INVALID if value == "" else value  # "" is what it makes of text it cannot read
+
+
+def compact_json(value: Any) -> str:
+    """Compact JSON with non-ASCII kept (orjson; the stdlib for integers beyond 64 bits)."""
+    try:
+        return orjson.dumps(value).decode()
+    except (orjson.JSONEncodeError, TypeError):
+        text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+        try:
+            text.encode()
+        except UnicodeEncodeError:  # a lone surrogate: only its escape is valid UTF-8
+            text = json.dumps(value, separators=(",", ":"))
+        return text
+
+
+# -- typing a value by the tool's schema --------------------------------------------------------
+
+_TYPE_ALIASES = {  # spellings seen in hand-written schemas (vLLM accepts them too)
+    "int": "integer", "long": "integer", "int32": "integer", "int64": "integer",
+    "float": "number", "double": "number", "bool": "boolean",
+    "str": "string", "text": "string", "dict": "object", "list": "array", "arr": "array",
+}
+_INTEGER = re.compile(r"[-+]?\d+")
+_NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
+_NO = object()  # "this reading failed", distinct from a None that means JSON null
+
+
+def coerce_value(raw: str, schema: dict[str, Any] | None) -> Any:
+    """The JSON value of a parameter written as raw text, typed by its property `schema`.
+
+    The rules of vLLM's Qwen3-Coder parser, made stricter where they would lose the model's text:
+
+    * no usable schema (None, not an object, no type to be read from it: `{}`, a `$ref`), or a
+      property the tool does not declare: the text, as a string. GLM writes non-string values
+      as JSON whatever the schema; vLLM's GLM parser decodes them when the schema does not say
+      string, we do not: a call to a property the client never declared stays the model's text;
+    * the types allowed are read from `type` (a name or a list), `anyOf` / `oneOf` / `allOf`
+      (their union), `enum` / `const` (the types of their values), else `properties` (object)
+      or `items` (array);
+    * `null` (or Python's `None`, which Jinja templates print) is None when null is allowed, or
+      when string is not (vLLM); a string is always valid where string is allowed, so then the
+      text is kept as it is (`"02139"` stays a zip code even if integer is allowed too);
+    * integer: digits (or a number with no fraction, `5.0`); number: integers stay integers,
+      others are finite floats; boolean: `true` / `false`, any case (Jinja prints `True`);
+    * object / array: JSON, then a Python literal (`ast.literal_eval`: `{'k': 'v'}`, tuples as
+      lists), also when the JSON is a string holding them (templates that double-encode);
+      accepted only when the result is of an allowed type and plain JSON;
+    * anything that reads as no allowed type stays the text (a schema mismatch for the judge).
+    """
+    types = schema_types(schema)
+    if not types:
+        return raw
+    text = raw.strip()
+    if text.lower() in ("null", "none") and ("null" in types or "string" not in types):
+        return None
+    if "string" in types:
+        return raw
+    if "integer" in types or "number" in types:
+        number = _number(text, integral="number" not in types)
+        if number is not None:
+            return number
+    if "boolean" in types and text.lower() in ("true", "false"):
+        return text.lower() == "true"
+    if "object" in types or "array" in types:
+        value = _container(text, types)
+        if value is not _NO:
+            return value
+    return raw
+
+
+def schema_types(schema: Any, _depth: int = 0) -> set[str]:
+    """The JSON types a property schema allows, as far as it says (empty: it does not say)."""
+    if not isinstance(schema, dict) or _depth > 8:
+        return set()
+    types: set[str] = set()
+    declared = schema.get("type")
+    for name in [declared] if isinstance(declared, str) else declared if isinstance(declared, list) else []:
+        if isinstance(name, str):
+            name = name.strip().lower()
+            types.add(_TYPE_ALIASES.get(name, name))
+    for key in ("anyOf", "oneOf", "allOf"):
+        options = schema.get(key)
+        if isinstance(options, list):
+            for option in options:
+                types |= schema_types(option, _depth + 1)
+    values = list(schema["enum"]) if isinstance(schema.get("enum"), list) else []
+    if "const" in schema:
+        values.append(schema["const"])
+    types.update(_json_type(value) for value in values)
+    if not types:
+        if "properties" in schema:
+            types.add("object")
+        elif "items" in schema:
+            types.add("array")
+    return types
+
+
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "number"
+    if isinstance(value, list):
+        return "array"
+    if isinstance(value, dict):
+        return "object"
+    return "string"
+
+
+def _number(text: str, integral: bool) -> int | float | None:
+    try:
+        if _INTEGER.fullmatch(text):
+            return int(text)
+        if _NUMBER.fullmatch(text):
+            value = float(text)
+            if not math.isfinite(value):
+                return None
+            if integral:
+                return int(value) if value.is_integer() else None
+            return value
+    except ValueError:  # more digits than Python converts
+        return None
+    return None
+
+
+def _container(text: str, types: set[str]) -> Any:
+    value = _json(text)
+    if value is _NO:
+        value = _literal(text)
+    elif isinstance(value, str):  # a JSON string holding the value: read once more
+        inner = _json(value)
+        value = _literal(value) if inner is _NO else inner
+    if (isinstance(value, dict) and "object" in types) or (isinstance(value, list) and "array" in types):
+        return value
+    return _NO
+
+
+def _json(text: str) -> Any:
+    return loads_strict(text, _NO)
+
+
+def _literal(text: str) -> Any:
+    """A Python literal as plain JSON data, or `_NO` (sets, bytes, complex: not JSON)."""
+    try:
+        return _plain(ast.literal_eval(text))
+    except Exception:  # SyntaxError, ValueError, MemoryError, RecursionError: not a literal
+        return _NO
+
+
+def _plain(value: Any) -> Any:
+    if value is None or isinstance(value, (str, bool, int)):
+        return value
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValueError("not a JSON number")
+        return value
+    if isinstance(value, (list, tuple)):
+        return [_plain(item) for item in value]
+    if isinstance(value, dict) and all(isinstance(key, str) for key in value):
+        return {key: _plain(item) for key, item in value.items()}
+    raise ValueError("not JSON data")
+
+
+def _properties(spec: ToolSpec | None) -> dict[str, Any] | None:
+    """The tool's top-level properties, or None when it declares none."""
+    parameters = spec.parameters if spec is not None else None
+    properties = parameters.get("properties") if isinstance(parameters, dict) else None
+    return properties if isinstance(properties, dict) else None
+
+
+# -- call objects, the model's argument bytes kept -----------------------------------------------
+
+_DECODER = json.JSONDecoder(parse_constant=_refuse)
+_JSON_WS = re.compile(r"[ \t\n\r]*")
+
+
+def call_entries(text: str) -> list[Any] | None:
+    """The call objects of a JSON object or list, arguments objects as the model wrote them.
+
+    Each `"arguments"` / `"parameters"` value that is an object is replaced by its exact text,
+    so that a verdict passes the model's bytes on. None: `text` is not strict JSON.
+    """
+    try:
+        i = _JSON_WS.match(text).end()
+        if text.startswith("[", i):
+            entries: list[Any] = []
+            i = _JSON_WS.match(text, i + 1).end()
+            if text.startswith("]", i):
+                i += 1
+            else:
+                while True:
+                    entry, i = _entry(text, i)
+                    entries.append(entry)
+                    i = _JSON_WS.match(text, i).end()
+                    if text.startswith(",", i):
+                        i = _JSON_WS.match(text, i + 1).end()
+                    elif text.startswith("]", i):
+                        i += 1
+                        break
+                    else:
+                        return None
+        else:
+            entry, i = _entry(text, i)
+            entries = [entry]
+        return entries if _JSON_WS.match(text, i).end() == len(text) else None
+    except (ValueError, RecursionError):  # JSONDecodeError is a ValueError
+        return None
+
+
+def _entry(text: str, i: int) -> tuple[Any, int]:
+    if not text.startswith("{", i):
+        return _DECODER.raw_decode(text, i)
+    entry: dict[str, Any] = {}
+    i = _JSON_WS.match(text, i + 1).end()
+    if text.startswith("}", i):
+        return entry, i + 1
+    while True:
+        if not text.startswith('"', i):
+            raise ValueError("a key must be a string")
+        key, i = _DECODER.raw_decode(text, i)
+        i = _JSON_WS.match(text, i).end()
+        if not text.startswith(":", i):
+            raise ValueError("':' expected")
+        start = i = _JSON_WS.match(text, i + 1).end()
+        value, i = _DECODER.raw_decode(text, i)
+        if key in ("arguments", "parameters") and isinstance(value, dict):
+            value = text[start:i]
+        entry[key] = value
+        i = _JSON_WS.match(text, i).end()
+        if text.startswith(",", i):
+            i = _JSON_WS.match(text, i + 1).end()
+        elif text.startswith("}", i):
+            return entry, i + 1
+        else:
+            raise ValueError("',' or '}' expected")
+
+
+def judge_entries(judge: ToolCallJudge, block: str) -> Calls | None:
+    """The verdict on a JSON call object or list of them, with each call's `"id"` if any.
+
+    Readable JSON is handed to the judge with its arguments objects as text, so the model's
+    bytes are kept; unreadable JSON goes to the judge as it is (one repair pass for non-strict
+    tools, the arguments then re-serialised, ids lost).
+    """
+    entries = call_entries(block)
+    if entries is None:
+        calls = judge.verdict(block)
+        return [(call.name, call.arguments, None) for call in calls] if calls else None
+    shown: list[Any] = []
+    for entry in entries:
+        if isinstance(entry, dict):
+            arguments = entry.get("arguments")
+            if arguments is None:
+                arguments = entry.get("parameters")
+            entry = {"name": entry.get("name")} | ({} if arguments is None else {"arguments": arguments})
+        shown.append(entry)
+    calls = judge.verdict(compact_json(shown))
+    if not calls:
+        return None
+    ids = [entry.get("id") if isinstance(entry, dict) else None for entry in entries]
+    return [(call.name, call.arguments, ids[k] if isinstance(ids[k], str) else None) for k, call in enumerate(calls)]
+
+
+def judge_call(judge: ToolCallJudge, name: str, arguments: str, model_id: str | None = None) -> Calls | None:
+    """The verdict on one call written as a name and the JSON text of its arguments."""
+    calls = judge.verdict(compact_json({"name": name, "arguments": arguments}))
+    return [(call.name, call.arguments, model_id) for call in calls] if calls else None

@@ -1,0 +1,157 @@
+"""The lexers as they were before the dialect engine, kept unchanged to compare against (tests/test_differential.py).
+
+The markup dialects, which of them a response runs, and how they share one text channel.
+
+A channel runs a chain of lexers (`ChainLexer`): each reads the text the one before it left.
+First the reasoning split of a content channel (`<think>…</think>`), then the dialects with
+special tokens (they cannot occur in prose), then the tag dialects. Which dialects run is picked
+from the model name (the table below, in the README too), or forced with `toolshim_dialects`;
+a model the table does not know runs them all. That is safe because no dialect turns prose into
+a call: each needs its structured markup, and a declared tool's name.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ...calls import CallScope
+from .base import ChainLexer, Lexer, PlainText
+from .deepseek import DeepSeekLexer
+from .harmony import HarmonyLexer
+from .kimi import KimiCallNamer, KimiLexer
+from .llama import LlamaLexer
+from .xml_calls import GlmLexer, MiniMaxLexer, QwenXmlLexer
+from .mistral import MistralLexer
+from .sentinel import SentinelLexer
+from .think import TOOL_STARTS, ReasoningSplit, ThinkLexer
+
+
+@dataclass(frozen=True, slots=True)
+class Dialect:
+    name: str
+    models: re.Pattern[str]  # searched in the request's model name, case-insensitively
+    make: Callable[[ScopeLexers, bool], Lexer]  # (the scope's lexers, reasoning channel?)
+    # Special-token dialects (Kimi, DeepSeek) end `<think>` themselves; tag dialects run inside
+    # `<think>` too, where only a complete, declared call leaves the reasoning.
+    special_tokens: bool = False
+
+
+def _kimi(lexers: ScopeLexers, reasoning: bool) -> Lexer:
+    return KimiLexer(lexers.kimi_namer, reasoning=reasoning, max_held=lexers.max_held)
+
+
+def _hermes(lexers: ScopeLexers, reasoning: bool) -> Lexer:
+    return SentinelLexer(lexers.scope.for_dialect("hermes"), max_held=lexers.max_held)
+
+
+def _qwen_xml(lexers: ScopeLexers, reasoning: bool) -> Lexer:
+    return QwenXmlLexer(lexers.scope.for_dialect("qwen_xml"), max_held=lexers.max_held)
+
+
+def _glm(lexers: ScopeLexers, reasoning: bool) -> Lexer:
+    return GlmLexer(lexers.scope.for_dialect("glm"), max_held=lexers.max_held)
+
+
+def _minimax(lexers: ScopeLexers, reasoning: bool) -> Lexer:
+    return MiniMaxLexer(lexers.scope.for_dialect("minimax"), max_held=lexers.max_held)
+
+
+def _deepseek(lexers: ScopeLexers, reasoning: bool) -> Lexer:
+    return DeepSeekLexer(lexers.scope.for_dialect("deepseek"), max_held=lexers.max_held, reasoning=reasoning)
+
+
+def _harmony(lexers: ScopeLexers, reasoning: bool) -> Lexer:
+    return HarmonyLexer(lexers.scope.for_dialect("harmony"), max_held=lexers.max_held)
+
+
+def _mistral(lexers: ScopeLexers, reasoning: bool) -> Lexer:
+    return MistralLexer(lexers.scope.for_dialect("mistral"), max_held=lexers.max_held)
+
+
+def _llama(lexers: ScopeLexers, reasoning: bool) -> Lexer:
+    return LlamaLexer(lexers.scope.for_dialect("llama"), max_held=lexers.max_held, bare_json=not reasoning and lexers.bare_json)
+
+
+_LLAMA_MODELS = re.compile(r"llama|functionary", re.I)
+
+
+# In chain order: special tokens first, then tags.
+DIALECTS: tuple[Dialect, ...] = (
+    Dialect("kimi", re.compile(r"kimi|moonshot|k2", re.I), _kimi, special_tokens=True),
+    Dialect("deepseek", re.compile(r"deepseek", re.I), _deepseek, special_tokens=True),
+    Dialect("harmony", re.compile(r"gpt-oss|gpt_oss", re.I), _harmony, special_tokens=True),
+    Dialect("mistral", re.compile(r"mistral|magistral|ministral|devstral|codestral|mixtral|pixtral", re.I), _mistral, special_tokens=True),
+    # Hermes before the XML dialects: they share `<tool_call>`, and each takes only what follows
+    # it in its own form (`{`, `<function=`, a name), releasing the rest at once.
+    Dialect("hermes", re.compile(r"qwen|qwq|hermes|nous", re.I), _hermes),
+    Dialect("qwen_xml", re.compile(r"qwen|seed-oss", re.I), _qwen_xml),
+    Dialect("glm", re.compile(r"glm|zhipu|z-ai", re.I), _glm),
+    Dialect("minimax", re.compile(r"minimax", re.I), _minimax),
+    Dialect("llama", _LLAMA_MODELS, _llama),
+)
+DIALECT_NAMES = tuple(d.name for d in DIALECTS)
+
+# Chat templates that open the reasoning block in the prompt: the output starts inside it and
+# only `</think>` appears (research: parsers.md 1.10).
+PREOPENED_MODELS = re.compile(r"deepseek-r1|qwq|qwen3-[\w.-]*thinking|qwen3\.[56]", re.I)
+
+
+def starts_in_reasoning(context) -> bool:
+    """Does the output start inside a pre-opened reasoning block (by option, else by model)?"""
+    if context.reasoning_preopened is not None:
+        return context.reasoning_preopened
+    return bool(PREOPENED_MODELS.search(context.model))
+
+
+def reads_bare_json(context) -> bool:
+    """Llama's JSON calls without a tag: read only for models named Llama (prose holds JSON)."""
+    return any(d.name == "llama" for d in dialects_for(context.model, context.dialects)) and bool(_LLAMA_MODELS.search(context.model))
+
+
+def reads_the_start(context) -> bool:
+    """Must the start of the content be read even without a marker in it? (Reasoning that
+    starts pre-opened; a Llama's bare JSON call.) Then no fast path may skip it."""
+    return starts_in_reasoning(context) or reads_bare_json(context)
+
+
+def dialects_for(model: str, forced: tuple[str, ...] | None) -> tuple[Dialect, ...]:
+    if forced is not None:
+        return tuple(d for d in DIALECTS if d.name in forced)
+    matched = tuple(d for d in DIALECTS if d.models.search(model))
+    return matched or DIALECTS
+
+
+class ScopeLexers:
+    """Makes the lexers of every channel of one scope (a Chat choice, a Responses response)."""
+
+    def __init__(self, scope: CallScope, *, max_held: int) -> None:
+        self.scope = scope
+        self.max_held = max_held
+        self.kimi_namer = KimiCallNamer(scope.for_dialect("kimi"))  # shared: Kimi ids stay unique across channels
+        context = scope.context
+        self._dialects = dialects_for(context.model, context.dialects)
+        self.preopened = starts_in_reasoning(context)
+        self.bare_json = reads_bare_json(context)
+
+    def new_lexer(self, *, reasoning: bool, preopened: bool = True, started: bool = False) -> Lexer:
+        """The lexer of a reasoning channel, or of a content channel (which may hold `<think>`).
+        `preopened=False`: upstream splits reasoning itself, so content never starts inside it;
+        `started`: content was already sent, so no reasoning block can open any more."""
+        if reasoning:
+            return self._calls(reasoning=True)
+        tool_starts = tuple(t for d in self._dialects for t in TOOL_STARTS.get(d.name, ()))
+        think = ThinkLexer(preopened=self.preopened and preopened and not started, tool_starts=tool_starts, started=started)
+        return ReasoningSplit(think, self._calls(reasoning=True, tags_only=True), self._calls(reasoning=False))
+
+    def _calls(self, *, reasoning: bool, tags_only: bool = False) -> Lexer:
+        """The chain of call dialects; none at all when no call may be made (tool_choice none)."""
+        if self.scope.context.tool_choice_none:
+            return PlainText()
+        stages = [d.make(self, reasoning) for d in self._dialects if not (tags_only and d.special_tokens)]
+        return chain(stages) if stages else PlainText()
+
+
+def chain(stages: list[Lexer]) -> Lexer:
+    return stages[0] if len(stages) == 1 else ChainLexer(stages[0], chain(stages[1:]))

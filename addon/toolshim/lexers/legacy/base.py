@@ -1,0 +1,168 @@
+"""What every markup lexer emits, and the marker matching they share.
+
+A lexer turns the text of one channel (`content`, or reasoning) into typed segments. It is fed
+the text in whatever pieces the upstream sends and holds back only what a marker could still
+need, so that the output is the same however the text was split.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Protocol
+
+
+from ..base import CallArgs, CallBegin, CallEnd, ReasoningEnd, ReasoningText, Segment, Text  # the live segments: old and new compare equal
+
+
+class Lexer(Protocol):
+    """One incremental lexer per channel and choice."""
+
+    def feed(self, text: str) -> list[Segment]:
+        """Consume the next piece of the channel's text."""
+
+    def finish(self) -> list[Segment]:
+        """End of the channel: release or close whatever is still held."""
+
+    @property
+    def idle(self) -> bool:
+        """True when nothing is held and text without markers would pass unchanged."""
+
+
+@dataclass(slots=True, frozen=True, eq=False)
+class Marker:
+    """A literal marker and the role it plays in its dialect. Compared and hashed by identity:
+    markers are module constants, and `find_marker` looks their tuples up on every piece."""
+
+    text: str
+    kind: str
+
+
+@dataclass(slots=True, frozen=True)
+class Match:
+    """Where `find_marker` stopped: a whole marker, or the start of a possible one."""
+
+    pos: int
+    marker: Marker | None  # None: a marker may begin at `pos`, more text is needed
+
+
+@lru_cache(maxsize=64)
+def _first_chars(markers: tuple[Marker, ...]) -> re.Pattern[str]:
+    return re.compile("[" + re.escape("".join(sorted({m.text[0] for m in markers}))) + "]")
+
+
+def find_marker(buf: str, start: int, markers: tuple[Marker, ...], final: bool) -> Match | None:
+    """Find the first marker in `buf[start:]`, or the point from which one may still begin.
+
+    Only positions holding the first character of some marker ("<" for most dialects, "[" for
+    Mistral's) are examined: the cost is linear in the text whatever their density. When a
+    whole marker matches but a longer one could still match once more text arrives, the
+    position is held (`marker=None`): this is what lets a truncated marker like
+    `<|tool_calls_section_end|` count only when no `>` follows.
+    """
+    firsts = _first_chars(markers)
+    n = len(buf)
+    found = firsts.search(buf, start)
+    i = found.start() if found else -1
+    while i != -1:
+        best: Marker | None = None
+        maybe_longer = False
+        for marker in markers:
+            length = len(marker.text)
+            if n - i >= length:
+                if buf.startswith(marker.text, i) and (best is None or length > len(best.text)):
+                    best = marker
+            elif not final and marker.text.startswith(buf[i:]):
+                maybe_longer = True
+        if maybe_longer:
+            return Match(i, None)
+        if best is not None:
+            return Match(i, best)
+        found = firsts.search(buf, i + 1)
+        i = found.start() if found else -1
+    return None
+
+
+def is_marker_fragment(tail: str, markers: tuple[Marker, ...]) -> bool:
+    """True when `tail` is a proper beginning of some marker (and at least two characters)."""
+    return len(tail) >= 2 and any(m.text.startswith(tail) and m.text != tail for m in markers)
+
+
+class PlainText:
+    """No dialect: every piece of text passes as it came."""
+
+    idle = True
+
+    def feed(self, text: str) -> list[Segment]:
+        return [Text(text)] if text else []
+
+    def finish(self) -> list[Segment]:
+        return []
+
+
+class ChainLexer:
+    """Two dialects on one channel: `first` reads the text, `second` reads `first`'s Text.
+
+    When `first` emits anything but text (a call, the end of reasoning), whatever `second`
+    holds is finished before it, so output keeps the order of the input.
+    """
+
+    def __init__(self, first: Lexer, second: Lexer) -> None:
+        self.first = first
+        self.second = second
+
+    @property
+    def idle(self) -> bool:
+        return self.first.idle and self.second.idle
+
+    def feed(self, text: str) -> list[Segment]:
+        return self._through_second(self.first.feed(text))
+
+    def finish(self) -> list[Segment]:
+        out = self._through_second(self.first.finish())
+        out += self.second.finish()
+        return out
+
+    def _through_second(self, segments: list[Segment]) -> list[Segment]:
+        out: list[Segment] = []
+        for seg in segments:
+            if type(seg) is Text:
+                out += self.second.feed(seg.text)
+            else:
+                out += self.second.finish()
+                out.append(seg)
+        return out
+
+
+class TextPieces:
+    """Text that arrives in token-sized pieces and is held until a block closes. A list of 1-4
+    character strings costs about 60 bytes a character (an object and a pointer each); joining
+    every `BATCH` pieces keeps it near one byte a character, and copies each character once
+    more than appending to the list did, so holding stays linear."""
+
+    BATCH = 256
+
+    __slots__ = ("_joined", "_recent")
+
+    def __init__(self) -> None:
+        self._joined: list[str] = []
+        self._recent: list[str] = []
+
+    def append(self, piece: str) -> None:
+        self._recent.append(piece)
+        if len(self._recent) >= self.BATCH:
+            self._joined.append("".join(self._recent))
+            self._recent.clear()
+
+    def text(self) -> str:
+        """Everything appended, in order (kept joined for the next call)."""
+        text = "".join(self._joined) + "".join(self._recent)
+        self._joined = [text]
+        self._recent.clear()
+        return text
+
+
+def excerpt(text: str, limit: int = 120) -> str:
+    """Markup quoted in a note: enough to recognise it, bounded for a 1 MB block."""
+    return text if len(text) <= limit else text[: limit - 1] + "…"

@@ -1,0 +1,622 @@
+"""DeepSeek tool-call markup: V3 / R1-0528, V3.1+, and the V3.2 / V4 DSML blocks.
+
+    V3, R1-0528: a type word, the name after the separator, the arguments in a fenced block
+    <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME
+    ```json
+    {...}
+    ```<｜tool▁call▁end｜><｜tool▁calls▁end｜>
+
+    V3.1+: the name before the separator, bare JSON after it
+    <｜tool▁calls▁begin｜>
+    <｜tool▁call▁begin｜>NAME<｜tool▁sep｜>{...}<｜tool▁call▁end｜>
+    <｜tool▁calls▁end｜>
+
+    V3.2 (`function_calls`) and V4 (`tool_calls`), "DSML":
+    <｜DSML｜function_calls>
+    <｜DSML｜invoke name="NAME">
+    <｜DSML｜parameter name="P" string="true">text, as is</｜DSML｜parameter>
+    <｜DSML｜parameter name="Q" string="false">JSON value</｜DSML｜parameter>
+    </｜DSML｜invoke>
+    </｜DSML｜function_calls>
+
+The bars are U+FF5C (fullwidth) and `▁` is U+2581, matched exactly: the same tags spelled with an
+ASCII `|` or a plain `_` are text (gateways that re-spell them are another dialect). Accepted as
+well: calls with no section around them, a call missing `<｜tool▁call▁end｜>` (the next call or
+the section end closes it), V3 arguments without the fence, a DSML invoke whose body is a JSON
+object instead of parameters (SGLang's "format 2"), a DSML parameter without `string=` (string
+unless the tool's schema types the parameter otherwise and the value reads as JSON). In a
+reasoning channel (`reasoning=True`) a `</think>` after a section ends the reasoning, as in the
+Kimi dialect: DeepSeek-V4 opens DSML blocks before its `</think>` (vLLM PR #46079).
+
+What streams and what is held:
+
+* V3.1 arguments of a non-strict tool stream live, as Kimi's do: the name is final at the
+  separator and the arguments are the model's raw JSON up to the call end.
+* V3 fenced arguments are held until the call ends: the fence has to come off both ends, and a
+  fence-less or torn call must be shown as it was written. A call is small; holding it also
+  lets `ToolCallJudge` repair and validate it.
+* DSML invokes are held until `</｜DSML｜invoke>`: the arguments are rebuilt as one JSON object
+  from the parameters, a `string="false"` value has to be complete to be read, and the judge
+  validates the result. Each invoke becomes a call as soon as it closes.
+* A strict tool's call is always held and validated before anything is emitted (V3.1 too).
+
+States (`_state`), and what moves between them:
+
+    TEXT    --section begin--> SECTION    TEXT --call begin--> HEADER (a call with no section)
+    TEXT    --DSML begin-----> BLOCK      TEXT --`</think>` (reasoning, after a section)--> TEXT
+    SECTION --call begin-----> HEADER     SECTION --section end--> TEXT
+    HEADER  --separator, header is `function`-----------------> FENCED (held to the call end)
+    HEADER  --separator, declared non-strict tool, admitted---> ARGS   (streamed live)
+    HEADER  --separator, declared strict tool------------------> HELD   (held to the call end)
+    HEADER  --separator, anything else, or header too long----> VISIBLE (the call stays text)
+    ARGS, HELD, FENCED, VISIBLE --call end--> SECTION (TEXT for a call with no section)
+    ARGS, HELD, FENCED, VISIBLE --call begin--> HEADER (the next call; the last one is closed)
+    ARGS, HELD, FENCED, VISIBLE --section end--> TEXT
+    BLOCK   --invoke begin---> INVOKE     BLOCK --DSML end--> TEXT
+    INVOKE  --invoke end-----> BLOCK (a call, or the invoke as text)
+    INVOKE  --held more than max_held--> INVOKE_VISIBLE --invoke end--> BLOCK
+
+Text and padding (split-invariant: the output depends on the text, never on its pieces):
+
+* Text outside markup passes as it comes; only a possible marker beginning is held. That
+  includes whitespace in front of a section (trimming it would depend on whether it came in
+  the same piece as the marker) and closing markers found outside any section.
+* Inside a section or block, whitespace between markup is padding. Until a call has been made
+  of the section it is kept aside with the section's markup (`_pad`): if no call comes of the
+  section, all of it is shown exactly as written; once a call is made it is dropped. Other text
+  inside a section is shown, with the whitespace around it.
+* After a section (or a lone call) that made calls, whitespace is held: prose that follows
+  gets it back, the next section takes it as padding, the end of the text drops it.
+* A call that does not become a call (undeclared name, `scope.admit` refused, strict failure,
+  cut off, over `max_held`) is shown as text exactly as written, markers included.
+* `finish()`: a live call is closed (`{}` when no argument came); a held call becomes a call
+  if what it holds is complete (a DSML invoke needs its `</｜DSML｜invoke>`); anything else held
+  is text. The lexer is then back in its initial state, ready for another channel.
+* Without declared tools nothing can be a call: the lexer passes everything through at once.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from typing import Any
+
+from ...calls import UNKNOWN_NAME, CallScope
+from ...tools import ToolSpec
+from .base import (
+    CallArgs,
+    CallBegin,
+    CallEnd,
+    Marker,
+    ReasoningEnd,
+    Segment,
+    Text,
+    excerpt,
+    find_marker,
+    is_marker_fragment,
+)
+from .sentinel import ToolCallJudge, compact_json
+
+BAR, SPACE = "\uff5c", "\u2581"  # the fullwidth bar and the "lower one eighth block" space
+
+SECTION_BEGIN, SECTION_END = "section_begin", "section_end"
+CALL_BEGIN, SEPARATOR, CALL_END = "call_begin", "separator", "call_end"
+DSML_BEGIN, DSML_END = "dsml_begin", "dsml_end"
+INVOKE_BEGIN, INVOKE_END = "invoke_begin", "invoke_end"
+THINK_END = "think_end"
+
+
+def _token(name: str) -> str:
+    return f"<{BAR}{name.replace(' ', SPACE)}{BAR}>"
+
+
+_SECTION_BEGIN = Marker(_token("tool calls begin"), SECTION_BEGIN)
+_SECTION_END = Marker(_token("tool calls end"), SECTION_END)
+_CALL_BEGIN = Marker(_token("tool call begin"), CALL_BEGIN)
+_SEPARATOR = Marker(_token("tool sep"), SEPARATOR)
+_CALL_END = Marker(_token("tool call end"), CALL_END)
+_DSML = f"{BAR}DSML{BAR}"
+_DSML_BEGINS = (Marker(f"<{_DSML}function_calls>", DSML_BEGIN), Marker(f"<{_DSML}tool_calls>", DSML_BEGIN))
+_DSML_ENDS = (Marker(f"</{_DSML}function_calls>", DSML_END), Marker(f"</{_DSML}tool_calls>", DSML_END))
+_INVOKE_BEGIN = Marker(f"<{_DSML}invoke", INVOKE_BEGIN)  # attributes follow: read when the invoke closes
+_INVOKE_END = Marker(f"</{_DSML}invoke>", INVOKE_END)
+PARAMETER_BEGIN = f"<{_DSML}parameter"
+PARAMETER_END = f"</{_DSML}parameter>"
+_THINK_END = Marker("</think>", THINK_END)
+
+# What each state looks for; every other marker-like text is plain text in that state.
+_V3_ALL = (_SECTION_BEGIN, _SECTION_END, _CALL_BEGIN, _SEPARATOR, _CALL_END)
+_TEXT_MARKERS = (_SECTION_BEGIN, _CALL_BEGIN) + _DSML_BEGINS
+_TEXT_MARKERS_REASONING = _TEXT_MARKERS + (_THINK_END,)
+_CALL_MARKERS = (_CALL_BEGIN, _CALL_END, _SECTION_END)  # what ends a call's arguments
+_BLOCK_MARKERS = _DSML_ENDS + (_INVOKE_BEGIN,)
+_INVOKE_MARKERS = (_INVOKE_END, _INVOKE_BEGIN) + _DSML_ENDS
+_ALL_MARKERS = _V3_ALL + _DSML_BEGINS + _DSML_ENDS + (_INVOKE_BEGIN, _INVOKE_END, _THINK_END)
+
+TEXT, SECTION, HEADER, ARGS, HELD, FENCED, VISIBLE = "text", "section", "header", "args", "held", "fenced", "visible"
+BLOCK, INVOKE, INVOKE_VISIBLE = "block", "invoke", "invoke_visible"
+KEEP, HOLD, DROP = "keep", "hold", "drop"  # what happens to whitespace at the start of TEXT
+
+_MARKERS = {
+    SECTION: _V3_ALL,
+    HEADER: _V3_ALL,
+    ARGS: _CALL_MARKERS,
+    HELD: _CALL_MARKERS,
+    FENCED: _CALL_MARKERS,
+    VISIBLE: _CALL_MARKERS,
+    BLOCK: _BLOCK_MARKERS,
+    INVOKE: _INVOKE_MARKERS,
+    INVOKE_VISIBLE: _INVOKE_MARKERS,
+}
+
+MAX_HEADER = 256  # a call header longer than this is not a header: the call stays text
+
+_FENCED_NAME = re.compile(r"[^\s`{]+")
+_FENCE_LANGUAGE = re.compile(r"[A-Za-z]*")
+_INVOKE_ATTRS = re.compile(r'\s+name="([^"]*)"\s*')
+_PARAMETER_ATTRS = re.compile(r'\s+name="([^"]*)"(?:\s+string="(true|false)")?\s*')
+_NOT_SPACE = re.compile(r"\S")
+
+
+class DeepSeekLexer:
+    """Incremental lexer for one channel of one choice (see the module docstring)."""
+
+    def __init__(self, scope: CallScope, *, max_held: int = 1 << 20, reasoning: bool = False) -> None:
+        self._scope = scope
+        self.judge = ToolCallJudge(scope)
+        self._max_held = max_held
+        self._reasoning = reasoning
+        # Without declared tools no markup can become a call: everything passes at once.
+        self._pass_through = not scope.tools
+        self._reset()
+
+    def _reset(self) -> None:
+        self._state = TEXT
+        self._buf = ""  # unread text: at most a possible beginning of a marker
+        self._lead = KEEP
+        # Whitespace held: the start of a run that may yet prove to be padding (TEXT after
+        # calls, SECTION, BLOCK) or the end of live arguments (ARGS). Kept as parts so that a
+        # flood of spaces in small pieces costs linear time; over max_held it is released.
+        self._ws: list[str] = []
+        self._ws_len = 0
+        self._run_text = False  # the text since the last marker holds something other than whitespace
+        self._seen_section = False
+        self._reset_section()
+
+    def _reset_section(self) -> None:
+        self._pad: list[str] = []  # the section's markup and padding, while no call came of it
+        self._pad_len = 0
+        self._made_call = False
+        self._bare = False  # a call with no section around it
+        self._reset_call()
+
+    def _reset_call(self) -> None:
+        self._raw: list[str] = []  # the markup of the current call (or invoke), as written
+        self._raw_len = 0
+        self._header = ""
+        self._body_start = 0  # where the call's arguments begin in `_raw`
+        self._name = ""
+        self._args_sent = False
+
+    @property
+    def idle(self) -> bool:
+        return self._pass_through or (self._state == TEXT and not self._buf and not self._ws and self._lead == KEEP)
+
+    def feed(self, text: str) -> list[Segment]:
+        if self._pass_through:
+            return [Text(text)] if text else []
+        self._buf += text
+        return self._run(final=False)
+
+    def finish(self) -> list[Segment]:
+        if self._pass_through:
+            return []
+        out: list[Segment] = []
+        # Whatever is unread may begin a marker the end of the text cut in half: inside markup
+        # that is markup (dropped with it, or shown with it), anywhere else it is text.
+        cut, self._buf = self._buf, ""
+        fragment = ""
+        if self._state != TEXT and is_marker_fragment(cut, _ALL_MARKERS):
+            cut, fragment = "", cut
+        self._take(cut, out)
+        state = self._state
+        if state == TEXT:
+            self._take(fragment, out)
+            self._end_run()  # whitespace after calls, at the very end: dropped
+        elif state in (SECTION, BLOCK):
+            self._pad_add(self._end_run(), out)
+            self._pad_add(fragment, out)
+        elif state == ARGS:
+            self._end_run()
+            self._close_call(out, closing="")
+        elif state in (HELD, FENCED):
+            self._close_call(out, closing="", rest=fragment)
+        else:  # HEADER, INVOKE: cut off before they were complete; VISIBLE, INVOKE_VISIBLE
+            self._show(out, "".join(self._raw) + fragment)
+        if not self._made_call:
+            self._show(out, "")  # a section nothing came of: its markup, as written
+        self._reset()
+        return out
+
+    # -- scanning ------------------------------------------------------------------------------
+
+    def _markers(self) -> tuple[Marker, ...]:
+        if self._state == TEXT:
+            return _TEXT_MARKERS_REASONING if self._reasoning and self._seen_section else _TEXT_MARKERS
+        return _MARKERS[self._state]
+
+    def _run(self, final: bool) -> list[Segment]:
+        out: list[Segment] = []
+        buf, pos = self._buf, 0
+        while True:
+            state = self._state
+            match = find_marker(buf, pos, self._markers(), final)
+            end = len(buf) if match is None else match.pos
+            if end > pos:
+                self._take(buf[pos:end], out)
+                pos = end
+                if self._state != state:
+                    continue  # a cap released the call: what follows is read with the new state's markers
+            if match is None or match.marker is None:
+                break
+            pos += len(match.marker.text)
+            self._on_marker(match.marker, out)
+        self._buf = buf[pos:]
+        return out
+
+    def _take(self, text: str, out: list[Segment]) -> None:
+        """Text between markers, in whatever pieces it comes."""
+        state = self._state
+        if state == TEXT:
+            if self._lead == KEEP:
+                if text:
+                    out.append(Text(text))
+                return
+            start = _NOT_SPACE.search(text)
+            if start is None:  # whitespace only, so far
+                if self._lead == HOLD and self._hold(text):
+                    self._lead = KEEP  # a flood of whitespace is not padding
+                    out.append(Text(self._take_ws()))
+                return
+            # HOLD: the held whitespace separates this prose from what came before the calls.
+            # DROP: the content after `</think>` starts at its first word.
+            text = self._take_ws() + text if self._lead == HOLD else text[start.start() :]
+            self._lead = KEEP
+            out.append(Text(text))
+        elif state in (SECTION, BLOCK):
+            if not self._run_text:
+                if _NOT_SPACE.search(text) is None:
+                    if self._hold(text):
+                        self._run_text = True
+                        self._show(out, self._take_ws())
+                    return
+                self._run_text = True
+                text = self._take_ws() + text
+            self._show(out, text)  # not markup: shown, with the whitespace around it
+        elif state == ARGS:
+            if not self._args_sent:
+                text = text.lstrip()
+            body = text.rstrip()
+            if body:
+                out.append(CallArgs(self._take_ws() + body))
+                self._args_sent = True
+            if len(body) < len(text) and self._hold(text[len(body) :]):
+                out.append(CallArgs(self._take_ws()))  # a flood of whitespace inside the arguments
+        elif state == HEADER:
+            self._raw_add(text)
+            self._header += text
+            if len(self._header) > MAX_HEADER:
+                self._release(out, VISIBLE)
+        elif state in (HELD, FENCED, INVOKE):
+            self._raw_add(text)
+            if self._raw_len > self._max_held:
+                self._release(out, INVOKE_VISIBLE if state == INVOKE else VISIBLE)
+        else:  # VISIBLE, INVOKE_VISIBLE
+            self._show(out, text)
+
+    def _hold(self, ws: str) -> bool:
+        """Hold whitespace; True when more than max_held is held (the caller releases it)."""
+        self._ws.append(ws)
+        self._ws_len += len(ws)
+        return self._ws_len > self._max_held
+
+    def _take_ws(self) -> str:
+        ws = "".join(self._ws)
+        self._ws = []
+        self._ws_len = 0
+        return ws
+
+    def _end_run(self) -> str:
+        """A marker (or the end) ends the run: the whitespace it held, if it was nothing else."""
+        self._run_text = False
+        return self._take_ws()
+
+    # -- transitions ---------------------------------------------------------------------------
+
+    def _on_marker(self, marker: Marker, out: list[Segment]) -> None:
+        kind, state = marker.kind, self._state
+        padding = self._end_run()
+        if state == TEXT:
+            if kind == THINK_END:
+                out.append(ReasoningEnd())
+                self._lead = DROP  # the content after `</think>` starts at its first word
+                return
+            self._lead = KEEP
+            self._reset_section()
+            self._seen_section = True
+            self._pad_add(padding, out)  # whitespace after earlier calls: this section's padding
+            if kind == CALL_BEGIN:
+                self._bare = True
+                self._start_call(marker)
+            else:
+                self._pad_add(marker.text, out)
+                self._state = SECTION if kind == SECTION_BEGIN else BLOCK
+        elif state == SECTION:
+            self._pad_add(padding, out)
+            if kind == CALL_BEGIN:
+                self._start_call(marker)
+            elif kind == SECTION_END:
+                self._end_section(out, marker.text)
+            else:  # a stray separator, call end or section begin: markup of the section
+                self._pad_add(marker.text, out)
+        elif state == HEADER:
+            if kind == SEPARATOR:
+                self._raw_add(marker.text)
+                self._open_call(out)
+            elif kind == SECTION_BEGIN:
+                self._raw_add(marker.text)  # nonsense inside a header: the name will not resolve
+                self._header += marker.text
+            else:  # cut short before its separator: the call stays text
+                self._show(out, "".join(self._raw) + (marker.text if kind == CALL_END else ""))
+                self._after_call_marker(marker, out)
+        elif state in (ARGS, HELD, FENCED, VISIBLE):
+            # A call begin is not part of the call it closes: it opens the next one.
+            self._close_call(out, closing=marker.text if kind == CALL_END else "")
+            self._after_call_marker(marker, out)
+        elif state == BLOCK:
+            self._pad_add(padding, out)
+            if kind == INVOKE_BEGIN:
+                self._start_invoke(marker)
+            else:
+                self._end_section(out, marker.text)
+        else:  # INVOKE, INVOKE_VISIBLE
+            if kind == INVOKE_END:
+                if state == INVOKE:
+                    self._raw_add(marker.text)
+                    self._close_invoke(out)
+                else:
+                    self._show(out, marker.text)
+                self._reset_call()
+                self._state = BLOCK
+                return
+            if state == INVOKE:  # no `</｜DSML｜invoke>`: the invoke is not complete, it stays text
+                self._show(out, "".join(self._raw))
+            if kind == INVOKE_BEGIN:
+                self._start_invoke(marker)
+            else:
+                self._end_section(out, marker.text)
+
+    def _after_call_marker(self, marker: Marker, out: list[Segment]) -> None:
+        """Where a call end, call begin or section end leaves us once the call is dealt with."""
+        self._reset_call()
+        if marker.kind == CALL_BEGIN:
+            self._start_call(marker)
+        elif marker.kind == SECTION_END:
+            self._end_section(out, marker.text)
+        elif self._bare:
+            self._end_section(out, "")
+        else:
+            self._state = SECTION
+
+    def _start_call(self, marker: Marker) -> None:
+        self._reset_call()
+        self._raw_add(marker.text)
+        self._state = HEADER
+
+    def _start_invoke(self, marker: Marker) -> None:
+        self._reset_call()
+        self._raw_add(marker.text)
+        self._state = INVOKE
+
+    def _end_section(self, out: list[Segment], closing: str) -> None:
+        if self._made_call:
+            self._lead = HOLD
+        else:
+            self._show(out, closing)  # nothing came of it: the section stays text, as written
+            self._lead = KEEP
+        self._state = TEXT
+        self._reset_section()
+
+    def _open_call(self, out: list[Segment]) -> None:
+        """The separator: the header names the call (V3.1), or says the name follows (V3)."""
+        self._body_start = len(self._raw)
+        header = self._header.strip()
+        if header == "function":
+            self._state = FENCED
+            return
+        name = header.removeprefix("functions.")
+        spec = self._scope.tools.get(name)
+        if spec is None:
+            self._scope.note(UNKNOWN_NAME, f"{excerpt(name)} is not a declared tool")
+            self._release(out, VISIBLE)
+        elif spec.strict:
+            self._name = name
+            self._state = HELD
+        elif not self._scope.admit(name):
+            self._release(out, VISIBLE)
+        else:
+            self._made()
+            out.append(CallBegin(self._scope.mint_call_id(), name))
+            self._state = ARGS
+
+    def _close_call(self, out: list[Segment], closing: str, rest: str = "") -> None:
+        """The current call ends (by `closing`, or by what follows it)."""
+        state = self._state
+        if state == ARGS:
+            if not self._args_sent:
+                out.append(CallArgs("{}"))
+            out.append(CallEnd())
+        elif state in (HELD, FENCED):
+            body = "".join(self._raw[self._body_start :])
+            found = (self._name, body.strip()) if state == HELD else _fenced_call(body, self._scope.tools)
+            if found is None or not self._emit_verdict(out, *found):
+                self._show(out, "".join(self._raw) + rest + closing)
+        elif state == VISIBLE:
+            self._show(out, closing)
+
+    def _close_invoke(self, out: list[Segment]) -> None:
+        found = _invoke_call("".join(self._raw), self._scope.tools)
+        if found is None or not self._emit_verdict(out, *found):
+            self._show(out, "".join(self._raw))
+
+    def _emit_verdict(self, out: list[Segment], name: str, arguments: str) -> bool:
+        """Ask the judge about a held call; emit it if it is one."""
+        calls = self.judge.verdict(compact_json({"name": name, "arguments": arguments}))
+        if not calls:
+            return False
+        self._made()
+        for call in calls:
+            out.append(CallBegin(self._scope.mint_call_id(), call.name))
+            out.append(CallArgs(call.arguments))
+            out.append(CallEnd())
+        return True
+
+    def _made(self) -> None:
+        """A call came of the section: its markup and padding so far are markup, dropped."""
+        self._made_call = True
+        self._pad = []
+        self._pad_len = 0
+
+    def _release(self, out: list[Segment], state: str) -> None:
+        """The current call cannot become a call: shown as text; the rest of it follows as text."""
+        self._show(out, "".join(self._raw))
+        self._raw = []
+        self._raw_len = 0
+        self._state = state
+
+    # -- output --------------------------------------------------------------------------------
+
+    def _raw_add(self, text: str) -> None:
+        self._raw.append(text)
+        self._raw_len += len(text)
+
+    def _pad_add(self, text: str, out: list[Segment]) -> None:
+        if not text or self._made_call:
+            return  # after a call, the section's markup and padding are dropped
+        self._pad.append(text)
+        self._pad_len += len(text)
+        if self._pad_len > self._max_held:
+            self._show(out, "")
+
+    def _show(self, out: list[Segment], text: str) -> None:
+        """Text that stays text; a section with no call yet shows its markup first."""
+        if self._pad:
+            text = "".join(self._pad) + text
+            self._pad = []
+            self._pad_len = 0
+        if text:
+            out.append(Text(text))
+
+
+# -- reading held calls -------------------------------------------------------------------------
+
+
+def _fenced_call(body: str, tools: dict[str, ToolSpec]) -> tuple[str, str] | None:
+    """(name, arguments) of a V3 call's text after the separator, or None: not a call.
+
+    `NAME\\n```json\\n{...}\\n```` with the language word and the fence optional. A tool really
+    named `function` written the V3.1 way (`function<｜tool▁sep｜>{...}`) is read too.
+    """
+    text = body.strip()
+    if text.startswith("{"):
+        return ("function", text) if "function" in tools else None
+    name = _FENCED_NAME.match(text)
+    if name is None:
+        return None
+    rest = text[name.end() :].lstrip()
+    if rest.startswith("```"):
+        if len(rest) < 6 or not rest.endswith("```"):
+            return None  # the fence never closed
+        inner = rest[3:-3]
+        arguments = inner[_FENCE_LANGUAGE.match(inner).end() :].strip()
+    elif not rest or rest.startswith("{"):
+        arguments = rest
+    else:
+        return None
+    return name.group().removeprefix("functions."), arguments
+
+
+def _invoke_call(raw: str, tools: dict[str, ToolSpec]) -> tuple[str, str] | None:
+    """(name, arguments as JSON text) of a whole DSML invoke, or None: not a call.
+
+    The arguments object is written from the parameters in order: a `string="true"` value is
+    the text as is (no trimming: the official encoding writes it verbatim); a `string="false"`
+    value is the model's own JSON when it reads as one value, otherwise the text as a string,
+    left for schema validation to judge (as vLLM does). Values are read one by one, so a value
+    can never add keys of its own.
+    """
+    head_end = raw.find(">", len(_INVOKE_BEGIN.text))
+    attrs = _INVOKE_ATTRS.fullmatch(raw, len(_INVOKE_BEGIN.text), head_end) if head_end != -1 else None
+    if attrs is None:
+        return None
+    name = attrs.group(1).strip().removeprefix("functions.")
+    spec = tools.get(name)
+    body = raw[head_end + 1 : len(raw) - len(_INVOKE_END.text)]
+    members: list[str] = []
+    pos = 0
+    while True:
+        found = _NOT_SPACE.search(body, pos)
+        if found is None:
+            break
+        pos = found.start()
+        if body.startswith(PARAMETER_BEGIN, pos):
+            attrs_end = body.find(">", pos + len(PARAMETER_BEGIN))
+            param = _PARAMETER_ATTRS.fullmatch(body, pos + len(PARAMETER_BEGIN), attrs_end) if attrs_end != -1 else None
+            close = body.find(PARAMETER_END, attrs_end + 1) if param is not None else -1
+            if close == -1:
+                return None
+            key, string, value = param.group(1), param.group(2), body[attrs_end + 1 : close]
+            members.append(compact_json(key) + ":" + _parameter_value(value, string, spec, key))
+            pos = close + len(PARAMETER_END)
+        elif not members and body[pos] == "{":
+            return name, body[pos:].rstrip()  # the arguments written as one JSON object
+        else:
+            return None  # something else inside the invoke: not ours to guess
+    return name, "{" + ",".join(members) + "}"
+
+
+def _parameter_value(value: str, string: str | None, spec: ToolSpec | None, key: str) -> str:
+    if string == "true" or (string is None and _schema_wants_string(spec, key)):
+        return compact_json(value)
+    stripped = value.strip()
+    return stripped if _reads_as_json(stripped) else compact_json(value)
+
+
+def _schema_wants_string(spec: ToolSpec | None, key: str) -> bool:
+    """A parameter the schema does not type otherwise is a string."""
+    properties = (spec.parameters or {}).get("properties") if spec is not None else None
+    prop = properties.get(key) if isinstance(properties, dict) else None
+    kind = prop.get("type") if isinstance(prop, dict) else None
+    return kind is None or kind == "string" or (isinstance(kind, list) and "string" in kind)
+
+
+def _reads_as_json(text: str) -> bool:
+    """One complete JSON value (no NaN, no infinities)."""
+    try:
+        json.loads(text, parse_constant=_refuse, parse_float=_finite_float)
+    except (ValueError, RecursionError):
+        return False
+    return True
+
+
+def _refuse(literal: str) -> Any:
+    raise ValueError(f"{literal} is not JSON")
+
+
+def _finite_float(literal: str) -> float:
+    value = float(literal)
+    if math.isinf(value):
+        raise ValueError(f"{literal} is out of range")
+    return value
+

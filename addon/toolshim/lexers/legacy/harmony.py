@@ -1,0 +1,495 @@
+"""gpt-oss (Harmony) messages left in the text: reasoning, content and tool calls.
+
+    <|channel|>analysis<|message|>reasoning…<|end|>
+    <|start|>assistant<|channel|>commentary to=functions.NAME <|constrain|>json<|message|>{json}<|call|>
+    <|start|>assistant<|channel|>final<|message|>the answer<|return|>
+
+A message is a header (role, `<|channel|>` and its name, an optional recipient `to=…`, an
+optional `<|constrain|>json`), `<|message|>`, a body, and `<|end|>`, `<|call|>` or `<|return|>`.
+The first message of an answer has no `<|start|>assistant`: the prompt ended with it.
+
+* `analysis` is reasoning: its body streams live as `ReasoningText` (base.py's, see below).
+* A recipient `to=functions.NAME` (in the channel header, or in the role header:
+  `<|start|>assistant to=functions.NAME<|channel|>commentary …`) makes the message a call to
+  NAME when NAME is a declared tool (`functions.` is stripped). A non-strict tool's arguments
+  stream live, like Kimi's; a strict tool's are held and validated by `ToolCallJudge`. Any
+  other recipient (undeclared, or a built-in such as `browser.search`) keeps the whole message
+  visible as text, exactly as written.
+* `final`, `commentary` without a recipient (a preamble meant for the user) and any other
+  channel are content: the body streams live as `Text`. Before the first such body the lexer
+  emits `ReasoningEnd` once, so that a reasoning channel carrying Harmony text puts the answer
+  in content (in a content channel it changes nothing).
+* The header itself is markup, dropped once the message is recognised.
+* `<|call|>` and `<|return|>` are stop tokens and often missing: a message also ends where the
+  next one begins (`<|start|>` or `<|channel|>` inside a body), or at the end of the text.
+
+States (`_state`), and what moves between them:
+
+    TEXT      --`<|start|>` or `<|channel|>`-------> HEADER
+    HEADER    --`<|channel|>`, `<|constrain|>`-----> HEADER (the header's parts)
+    HEADER    --`<|message|>`, recipient, declared non-strict tool, admitted--> ARGS
+    HEADER    --`<|message|>`, recipient, declared strict tool----------------> HELD
+    HEADER    --`<|message|>`, any other recipient, or not admitted-----------> VISIBLE
+    HEADER    --`<|message|>`, channel analysis---> REASONING
+    HEADER    --`<|message|>`, anything else------> CONTENT
+    HEADER    --end token, or too long------------> TEXT (the header is shown as text)
+    REASONING, CONTENT, ARGS, HELD, VISIBLE --end token--> TEXT
+    REASONING, CONTENT, ARGS, HELD, VISIBLE --`<|start|>`, `<|channel|>`--> HEADER (implied end)
+    HELD      --more than max_held held-----------> VISIBLE
+    (stripped=True) TEXT --`commentary to=functions.` …--> STRIPPED_HEAD --`{`--> STRIPPED_JSON --`}`--> TEXT
+
+Whitespace right after a message that was markup (any but VISIBLE) is held: prose that
+follows gets it back, the next message and the end of the text drop it. In ARGS leading and
+trailing whitespace of the arguments is dropped (trailing whitespace is held until more
+arguments follow). `finish()`: a live call is closed (`{}` when no argument came), a held call
+becomes a call if its JSON is a complete object for the tool, a header cut short is shown as
+text, a marker cut in half at the end of a body is dropped; then the lexer is back in its
+initial state.
+
+**The stripped form** (`stripped=True`, off by default). Upstreams that decode with
+`skip_special_tokens` send `commentary to=functions.get_weather json{"city":"Paris"}`: every
+`<|…|>` is gone, so nothing marks where reasoning ends, where a header ends or whether the
+words are the model's prose. With the flag on, `commentary to=functions.`,
+`assistantcommentary to=functions.` and `assistant to=functions.` followed by a declared
+tool's name (possibly glued to a stripped `commentary` or `json`), an optional `json` word and
+one complete JSON object become a call, validated by the judge; anything that does not fit
+that shape is released as text at the first character that does not fit. It stays off because
+it is a guess: prose quoting the syntax would become a call, the analysis text before it
+(`analysisI'm thinking…`) cannot be told from content and stays text, and every piece of text
+ending in `a` or `c` is held one piece longer (a possible marker beginning). Note that the Chat
+rewriter's fast path passes events with no `<` straight through while nothing is held, so
+with the flag on that fast path has to be off for the stripped form to be seen at all.
+
+**Reasoning segments.** Analysis text is `base.ReasoningText` (re-exported here), the segment
+the `<think>` split already uses, so the rewriters put it in the reasoning field without further
+work. (The brief asked for a `ReasoningText` defined in this module; base.py gained one while
+this was written, and a second class of the same name would not match the rewriters'
+`type(seg) is ReasoningText`.)
+"""
+
+from __future__ import annotations
+
+import re
+
+from ...calls import UNKNOWN_NAME, CallScope
+from .base import (
+    CallArgs,
+    CallBegin,
+    CallEnd,
+    Marker,
+    ReasoningEnd,
+    ReasoningText,
+    Segment,
+    Text,
+    excerpt,
+    find_marker,
+    is_marker_fragment,
+)
+from .sentinel import ToolCallJudge, compact_json
+
+__all__ = ["HarmonyLexer", "ReasoningText"]
+
+START, END, MESSAGE, CHANNEL = "start", "end", "message", "channel"
+CONSTRAIN, RETURN, CALL, STRIPPED = "constrain", "return", "call", "stripped"
+
+_START = Marker("<|start|>", START)
+_END = Marker("<|end|>", END)
+_MESSAGE = Marker("<|message|>", MESSAGE)
+_CHANNEL = Marker("<|channel|>", CHANNEL)
+_CONSTRAIN = Marker("<|constrain|>", CONSTRAIN)
+_RETURN = Marker("<|return|>", RETURN)
+_CALL = Marker("<|call|>", CALL)
+_ALL = (_START, _END, _MESSAGE, _CHANNEL, _CONSTRAIN, _RETURN, _CALL)
+_ENDS = (END, RETURN, CALL)
+
+_TEXT_MARKERS = (_START, _CHANNEL)
+_BODY_MARKERS = (_END, _RETURN, _CALL, _START, _CHANNEL)
+# What is left of a call header once the special tokens are stripped (see the docstring).
+_STRIPPED_MARKERS = (
+    Marker("commentary to=functions.", STRIPPED),
+    Marker("assistantcommentary to=functions.", STRIPPED),
+    Marker("assistant to=functions.", STRIPPED),
+)
+
+TEXT, HEADER, REASONING, CONTENT, ARGS, HELD, VISIBLE = "text", "header", "reasoning", "content", "args", "held", "visible"
+STRIPPED_HEAD, STRIPPED_JSON = "stripped_head", "stripped_json"
+KEEP, HOLD = "keep", "hold"  # what happens to whitespace at the start of TEXT
+ROLE_PART, CHANNEL_PART, CONSTRAIN_PART = "role", "channel", "constrain"
+
+MAX_HEADER = 256  # a header longer than this is not a header: it is shown as text
+
+_RECIPIENT = re.compile(r"(?:^|\s)to=(\S+)")
+_NOT_SPACE = re.compile(r"\S")
+# Stripped form: the name, then at most one word (`json`), with whitespace around it.
+_STRIPPED_HEAD = re.compile(r"[A-Za-z0-9_-]*(?:\s+[A-Za-z]*)?\s*")
+_STRIPPED_SUFFIXES = ("", "json", "commentary", "commentaryjson")  # stripped tokens glued to the name
+_STRING_STOP = re.compile(r'["\\]')
+_VALUE_STOP = re.compile(r'[{}\[\]"]')
+
+
+class HarmonyLexer:
+    """Incremental lexer for one channel of one choice (see the module docstring)."""
+
+    def __init__(self, scope: CallScope, *, max_held: int = 1 << 20, stripped: bool = False) -> None:
+        self._scope = scope
+        self.judge = ToolCallJudge(scope)
+        self._max_held = max_held
+        self._text_markers = _TEXT_MARKERS + (_STRIPPED_MARKERS if stripped else ())
+        self._reset()
+
+    def _reset(self) -> None:
+        self._state = TEXT
+        self._buf = ""  # unread text: at most a possible beginning of a marker
+        self._lead = KEEP
+        # Whitespace held: after a message (TEXT) or at the end of live arguments (ARGS).
+        self._ws: list[str] = []
+        self._ws_len = 0
+        self._content_begun = False  # ReasoningEnd has been emitted
+        self._reset_message()
+
+    def _reset_message(self) -> None:
+        self._raw: list[str] = []  # the message as written, for when it has to stay text
+        self._raw_len = 0
+        self._parts = {ROLE_PART: "", CHANNEL_PART: "", CONSTRAIN_PART: ""}
+        self._part = ROLE_PART
+        self._header_len = 0
+        self._body_start = 0  # where the body begins in `_raw`
+        self._name = ""
+        self._args_sent = False
+        self._head = ""  # STRIPPED_HEAD: what follows `to=functions.`
+        self._depth = 0  # STRIPPED_JSON: the scanner's place in the object
+        self._in_string = False
+        self._escape = False
+
+    @property
+    def idle(self) -> bool:
+        return self._state == TEXT and not self._buf and not self._ws and self._lead == KEEP
+
+    def feed(self, text: str) -> list[Segment]:
+        self._buf += text
+        return self._run(final=False)
+
+    def finish(self) -> list[Segment]:
+        out: list[Segment] = []
+        cut, self._buf = self._buf, ""
+        # A marker cut in half inside a message is markup, not text.
+        fragment = ""
+        if self._state != TEXT and is_marker_fragment(cut, _ALL):
+            cut, fragment = "", cut
+        self._take(cut, out)
+        state = self._state
+        if state == TEXT:
+            self._take(fragment, out)
+            self._take_ws()  # whitespace after the last message: dropped
+        elif state == ARGS:
+            self._take_ws()
+            self._close_message(out, closing="")
+        elif state == HELD:
+            self._close_message(out, closing="", rest=fragment)
+        elif state == VISIBLE:
+            self._show(out, fragment)
+        elif state in (HEADER, STRIPPED_HEAD, STRIPPED_JSON):  # cut off before it was complete
+            self._show(out, "".join(self._raw) + fragment)
+        # REASONING, CONTENT: a body cut off is what it is; only the marker fragment goes.
+        self._reset()
+        return out
+
+    # -- scanning ------------------------------------------------------------------------------
+
+    def _markers(self) -> tuple[Marker, ...]:
+        if self._state == TEXT:
+            return self._text_markers
+        return _ALL if self._state == HEADER else _BODY_MARKERS
+
+    def _run(self, final: bool) -> list[Segment]:
+        out: list[Segment] = []
+        buf, pos = self._buf, 0
+        while True:
+            if self._state in (STRIPPED_HEAD, STRIPPED_JSON):
+                scan = self._scan_head if self._state == STRIPPED_HEAD else self._scan_json
+                stopped = scan(buf, pos, out)
+                if stopped is None:
+                    pos = len(buf)
+                    break
+                pos = stopped
+                continue
+            state = self._state
+            match = find_marker(buf, pos, self._markers(), final)
+            end = len(buf) if match is None else match.pos
+            if end > pos:
+                self._take(buf[pos:end], out)
+                pos = end
+                if self._state != state:
+                    continue  # a cap released the call: what follows is read with the new state's markers
+            if match is None or match.marker is None:
+                break
+            pos += len(match.marker.text)
+            self._on_marker(match.marker, out)
+        self._buf = buf[pos:]
+        return out
+
+    def _take(self, text: str, out: list[Segment]) -> None:
+        """Text between markers, in whatever pieces it comes."""
+        if not text:
+            return
+        state = self._state
+        if state == TEXT:
+            if self._lead == HOLD:
+                if _NOT_SPACE.search(text) is None:
+                    if self._hold(text):  # a flood of whitespace is not padding
+                        self._lead = KEEP
+                        out.append(Text(self._take_ws()))
+                    return
+                text = self._take_ws() + text  # it separates this prose from what came before
+                self._lead = KEEP
+            out.append(Text(text))
+        elif state == REASONING:
+            out.append(ReasoningText(text))
+        elif state in (CONTENT, VISIBLE):
+            out.append(Text(text))
+        elif state == ARGS:
+            if not self._args_sent:
+                text = text.lstrip()
+            body = text.rstrip()
+            if body:
+                out.append(CallArgs(self._take_ws() + body))
+                self._args_sent = True
+            if len(body) < len(text) and self._hold(text[len(body) :]):
+                out.append(CallArgs(self._take_ws()))
+        elif state == HEADER:
+            self._raw_add(text)
+            self._parts[self._part] += text
+            self._header_len += len(text)
+            if self._header_len > MAX_HEADER:
+                self._show(out, "".join(self._raw))
+                self._state = TEXT
+                self._reset_message()
+        else:  # HELD
+            self._raw_add(text)
+            if self._raw_len > self._max_held:
+                self._release(out)
+
+    def _hold(self, ws: str) -> bool:
+        """Hold whitespace; True when more than max_held is held (the caller releases it)."""
+        self._ws.append(ws)
+        self._ws_len += len(ws)
+        return self._ws_len > self._max_held
+
+    def _take_ws(self) -> str:
+        ws = "".join(self._ws)
+        self._ws = []
+        self._ws_len = 0
+        return ws
+
+    # -- transitions ---------------------------------------------------------------------------
+
+    def _on_marker(self, marker: Marker, out: list[Segment]) -> None:
+        kind, state = marker.kind, self._state
+        padding = self._take_ws()  # whitespace after a message, or after live arguments
+        if state == TEXT:
+            self._lead = KEEP
+            self._open(marker, padding)
+        elif state == HEADER:
+            if kind == MESSAGE:
+                self._raw_add(marker.text)
+                self._open_body(out)
+            elif kind in (CHANNEL, CONSTRAIN):
+                self._raw_add(marker.text)
+                self._part = CHANNEL_PART if kind == CHANNEL else CONSTRAIN_PART
+                self._parts[self._part] = ""  # a second channel token: the last one counts
+            elif kind == START:  # a header cut short by the next message: it stays text
+                self._show(out, "".join(self._raw))
+                self._open(marker, "")
+            else:  # an end token before any `<|message|>`: not a message
+                self._show(out, "".join(self._raw) + marker.text)
+                self._state = TEXT
+                self._reset_message()
+        else:  # a body: REASONING, CONTENT, ARGS, HELD, VISIBLE
+            self._close_message(out, closing=marker.text if kind in _ENDS else "")
+            if kind in (START, CHANNEL):  # the next message begins without an end token
+                self._open(marker, "")
+
+    def _open(self, marker: Marker, padding: str) -> None:
+        self._reset_message()
+        self._raw_add(padding)  # shown with the message if it stays text, dropped otherwise
+        self._raw_add(marker.text)
+        if marker.kind == STRIPPED:
+            self._state = STRIPPED_HEAD
+        else:
+            self._state = HEADER
+            self._part = ROLE_PART if marker.kind == START else CHANNEL_PART
+
+    def _open_body(self, out: list[Segment]) -> None:
+        """`<|message|>`: the header says what the body is."""
+        self._body_start = len(self._raw)
+        recipient = None
+        for part in (self._parts[ROLE_PART], self._parts[CHANNEL_PART]):
+            found = _RECIPIENT.search(part)
+            if found:
+                recipient = found.group(1)
+                break
+        words = self._parts[CHANNEL_PART].split()
+        channel = words[0] if words else ""
+        if recipient is not None:
+            name = recipient.removeprefix("functions.")
+            spec = self._scope.tools.get(name)
+            if spec is None:
+                self._scope.note(UNKNOWN_NAME, f"{excerpt(recipient)} is not a declared tool")
+                self._release(out)
+            elif spec.strict:
+                self._name = name
+                self._state = HELD
+            elif not self._scope.admit(name):
+                self._release(out)
+            else:
+                out.append(CallBegin(self._scope.mint_call_id(), name))
+                self._state = ARGS
+        elif channel == "analysis":
+            self._state = REASONING
+        else:
+            if not self._content_begun:
+                out.append(ReasoningEnd())
+                self._content_begun = True
+            self._state = CONTENT
+
+    def _close_message(self, out: list[Segment], closing: str, rest: str = "") -> None:
+        """The body ends (by `closing`, or by what follows it)."""
+        state = self._state
+        self._lead = HOLD
+        if state == ARGS:
+            if not self._args_sent:
+                out.append(CallArgs("{}"))
+            out.append(CallEnd())
+        elif state == HELD:
+            body = "".join(self._raw[self._body_start :]).strip()
+            if not self._emit_verdict(out, self._name, body):
+                self._show(out, "".join(self._raw) + rest + closing)
+                self._lead = KEEP
+        elif state == VISIBLE:
+            self._show(out, closing)
+            self._lead = KEEP
+        self._state = TEXT
+        self._reset_message()
+
+    def _emit_verdict(self, out: list[Segment], name: str, arguments: str) -> bool:
+        """Ask the judge about a held call; emit it if it is one."""
+        calls = self.judge.verdict(compact_json({"name": name, "arguments": arguments}))
+        for call in calls or ():
+            out.append(CallBegin(self._scope.mint_call_id(), call.name))
+            out.append(CallArgs(call.arguments))
+            out.append(CallEnd())
+        return bool(calls)
+
+    def _release(self, out: list[Segment]) -> None:
+        """The message cannot be a call: shown as written; the rest of it follows as text."""
+        self._show(out, "".join(self._raw))
+        self._raw = []
+        self._raw_len = 0
+        self._state = VISIBLE
+
+    # -- the stripped form ---------------------------------------------------------------------
+
+    def _scan_head(self, buf: str, pos: int, out: list[Segment]) -> int | None:
+        """STRIPPED_HEAD: the name and an optional `json`, up to the `{` of the arguments."""
+        # The head is at most MAX_HEADER long, so reading it again with each piece is bounded.
+        window = self._head + buf[pos : pos + MAX_HEADER + 1]
+        fits = _STRIPPED_HEAD.match(window).end()
+        taken = fits - len(self._head)
+        self._raw_add(buf[pos : pos + taken])
+        self._head = window[:fits]
+        pos += taken
+        if fits < len(window):  # the first character that is not name, word or whitespace
+            name = self._stripped_name(self._head) if window[fits] == "{" else None
+            if name is None:
+                self._give_up(out)
+                return pos
+            self._name = name
+            self._body_start = len(self._raw)
+            self._state = STRIPPED_JSON
+            return pos
+        if len(self._head) > MAX_HEADER:
+            self._give_up(out)
+            return pos
+        return None
+
+    def _stripped_name(self, head: str) -> str | None:
+        if not head or head[0].isspace():
+            return None
+        compact = "".join(head.split())
+        for suffix in _STRIPPED_SUFFIXES:
+            if compact.endswith(suffix) and compact[: len(compact) - len(suffix)] in self._scope.tools:
+                return compact[: len(compact) - len(suffix)]
+        self._scope.note(UNKNOWN_NAME, f"{excerpt(compact)} (stripped Harmony) is not a declared tool")
+        return None
+
+    def _scan_json(self, buf: str, pos: int, out: list[Segment]) -> int | None:
+        """STRIPPED_JSON: follow strings, escapes and depth until the object closes."""
+        # Scanning past `limit` would hold more than max_held: the cap falls at the same
+        # character however the text was split.
+        limit = min(len(buf), pos + max(0, self._max_held - self._raw_len) + 1)
+        i = pos
+        while i < limit:
+            if self._in_string:
+                if self._escape:
+                    self._escape = False
+                    i += 1
+                    continue
+                stop = _STRING_STOP.search(buf, i, limit)
+                if stop is None:
+                    i = limit
+                    break
+                j = stop.start()
+                if buf[j] == '"':
+                    self._in_string = False
+                else:
+                    self._escape = True
+                i = j + 1
+                continue
+            stop = _VALUE_STOP.search(buf, i, limit)
+            if stop is None:
+                i = limit
+                break
+            j = stop.start()
+            c = buf[j]
+            if c == '"':
+                self._in_string = True
+            elif c in "{[":
+                self._depth += 1
+            else:
+                self._depth -= 1
+                if self._depth <= 0:
+                    self._raw_add(buf[pos : j + 1])
+                    arguments = "".join(self._raw[self._body_start :])
+                    if self._emit_verdict(out, self._name, arguments):
+                        self._lead = HOLD
+                        self._state = TEXT
+                        self._reset_message()
+                    else:
+                        self._give_up(out)
+                    return j + 1
+            i = j + 1
+        self._raw_add(buf[pos:i])
+        if self._raw_len > self._max_held:
+            self._give_up(out)
+            return i
+        return None
+
+    def _give_up(self, out: list[Segment]) -> None:
+        """Not a stripped call after all: everything read so far is text."""
+        self._show(out, "".join(self._raw))
+        self._state = TEXT
+        self._lead = KEEP
+        self._reset_message()
+
+    # -- output --------------------------------------------------------------------------------
+
+    def _raw_add(self, text: str) -> None:
+        if text:
+            self._raw.append(text)
+            self._raw_len += len(text)
+
+    @staticmethod
+    def _show(out: list[Segment], text: str) -> None:
+        if text:
+            out.append(Text(text))
+

@@ -1,0 +1,367 @@
+"""Kimi K2 / K2-Thinking / K2.5 tool-call markup.
+
+    <|tool_calls_section_begin|>
+    <|tool_call_begin|>functions.NAME:N<|tool_call_argument_begin|>{json}<|tool_call_end|>
+    <|tool_calls_section_end|>
+
+Accepted as well: singular section tokens, calls with no section around them, calls with no
+`<|tool_call_end|>` (the next call or the section end closes them), a section end missing its
+final `>`, the paper's `<|tool_arguments_begin|>`, and any whitespace around the markers
+(servers that keep special tokens decode them with a space on each side). In a reasoning
+channel a `</think>` after a section ends the reasoning.
+
+States (`_state`), and what moves between them:
+
+    TEXT     --section begin-->  SECTION   --call begin-->  HEADER --argument begin--> ARGS
+    TEXT     --call begin----->  HEADER                      HEADER --call end/section end--> (call with {})
+    ARGS     --call end-------->  SECTION   ARGS --call begin--> HEADER   ARGS --section end--> TEXT
+    SECTION  --section end---->  TEXT
+    HEADER   --argument begin, header names no tool directly--> INFER (arguments held, name from keys)
+    HEADER   --argument begin, header unusable--------------> VISIBLE (the call stays text)
+"""
+
+from __future__ import annotations
+
+import re
+
+import orjson
+
+from ...calls import UNKNOWN_NAME, CallScope
+from ...tools import TOOL_NAME
+from .base import (
+    CallArgs,
+    CallBegin,
+    CallEnd,
+    Marker,
+    ReasoningEnd,
+    Segment,
+    Text,
+    excerpt,
+    find_marker,
+    is_marker_fragment,
+)
+
+SECTION_BEGIN, SECTION_END = "section_begin", "section_end"
+CALL_BEGIN, ARGUMENT_BEGIN, CALL_END = "call_begin", "argument_begin", "call_end"
+THINK_END = "think_end"
+
+_KIMI_MARKERS = (
+    Marker("<|tool_calls_section_begin|>", SECTION_BEGIN),
+    Marker("<|tool_call_section_begin|>", SECTION_BEGIN),
+    Marker("<|tool_calls_section_end|>", SECTION_END),
+    Marker("<|tool_call_section_end|>", SECTION_END),
+    Marker("<|tool_calls_section_end|", SECTION_END),  # truncated spelling seen in the wild
+    Marker("<|tool_call_section_end|", SECTION_END),
+    Marker("<|tool_call_begin|>", CALL_BEGIN),
+    Marker("<|tool_call_argument_begin|>", ARGUMENT_BEGIN),
+    Marker("<|tool_arguments_begin|>", ARGUMENT_BEGIN),  # the K2 tech report's spelling
+    Marker("<|tool_call_end|>", CALL_END),
+)
+_THINK_END = Marker("</think>", THINK_END)
+
+TEXT, SECTION, HEADER, ARGS, INFER, VISIBLE = "text", "section", "header", "args", "infer", "visible"
+KEEP, HOLD, DROP = "keep", "hold", "drop"  # what happens to whitespace after markup
+
+MAX_HEADER = 256  # a call header longer than this is not a header: release it as text
+
+_CANONICAL_HEADER = re.compile(r"(?:functions\.)?(?P<name>[A-Za-z0-9_-]{1,64}):(?P<n>\d+)")
+_ODD_PREFIX = re.compile(r"^(?:functions|call)[._]?")
+_ODD_COUNTER = re.compile(r"[:._]?\d+$")
+
+
+def _header_core(header: str) -> str:
+    """What is left of an odd header once its prefix and counter are gone."""
+    return _ODD_COUNTER.sub("", _ODD_PREFIX.sub("", header)).strip()
+
+
+class KimiCallNamer:
+    """Turns call headers into (id, name), per choice: ids stay unique within the response.
+
+    The id is the header verbatim (the model copies ids from the history, and rewritten ids
+    make it degrade); an id is minted as `functions.NAME:N` only when the header is unusable.
+    """
+
+    def __init__(self, scope: CallScope) -> None:
+        self.scope = scope
+        self._tools = scope.tools
+        self._next_counter = scope.context.next_kimi_counter
+
+    def name_for(self, header: str) -> str | None:
+        """The tool a header names, or None when only the arguments can tell (or nothing can).
+
+        Order (research: parsers.md section 5): strip `functions.` and `:N`; a declared name
+        wins. Odd spellings (`functionsexec5`, `functions_NAME_3`, `call00003`) lose a leading
+        `functions`/`call` and a trailing counter: a declared name left is the name; nothing left
+        (a bare counter) means the only declared tool, or the arguments tell. A name that is
+        left but not declared stays visible: `functions.invalid_get_weather.0` is no call to
+        `valid_get_weather`. Without declared tools only the canonical spellings are trusted.
+        """
+        header = header.strip()
+        canonical = _CANONICAL_HEADER.fullmatch(header)
+        if canonical:
+            self._next_counter = max(self._next_counter, int(canonical.group("n")) + 1)
+            name = canonical.group("name")
+            if not self._tools or name in self._tools:
+                return name
+            return None  # a tool the client never declared: keep it visible
+        if not self._tools:
+            bare = header.removeprefix("functions.")
+            return bare if header.startswith("functions.") and TOOL_NAME.fullmatch(bare) else None
+        core = _header_core(header)
+        if core in self._tools:
+            return core
+        if not core and len(self._tools) == 1:
+            return next(iter(self._tools))
+        return None
+
+    def can_infer(self, header: str) -> bool:
+        """Only a header naming nothing (a bare counter) leaves the name to the arguments."""
+        return len(self._tools) > 1 and bool(header.strip()) and not _header_core(header.strip())
+
+    def name_from_arguments(self, arguments: str) -> str | None:
+        """Pick the declared tool whose parameters best fit the argument keys (unique best)."""
+        try:
+            parsed = orjson.loads(arguments) if arguments.strip() else {}
+        except orjson.JSONDecodeError:
+            return None
+        if not isinstance(parsed, dict):
+            return None
+        keys = set(parsed)
+        scored = []
+        for name, spec in self._tools.items():
+            properties = (spec.parameters or {}).get("properties")
+            params = set(properties) if isinstance(properties, dict) else set()
+            overlap = len(keys & params)
+            if overlap or not keys:
+                scored.append((overlap - len(keys - params), name))
+        scored.sort(reverse=True)
+        if not scored or (len(scored) > 1 and scored[0][0] == scored[1][0]):
+            return None
+        return scored[0][1]
+
+    def id_for(self, header: str, name: str) -> str:
+        header = header.strip()
+        usable = 0 < len(header) <= 128 and not header.isdigit() and not any(c.isspace() for c in header)
+        if usable and not self.scope.id_taken(header):
+            call_id = header
+        else:
+            call_id = f"functions.{name}:{self._next_counter}"
+            self._next_counter += 1
+        return self.scope.claim_id(call_id)
+
+
+class KimiLexer:
+    """Incremental lexer for one channel of one choice (see the module docstring)."""
+
+    def __init__(self, namer: KimiCallNamer, *, reasoning: bool = False, max_held: int = 1 << 20) -> None:
+        self._namer = namer
+        self._reasoning = reasoning
+        self._max_held = max_held
+        self._state = TEXT
+        self._buf = ""  # unread text: at most a possible marker, or whitespace ending the arguments
+        # Whitespace right after markup: HOLD it until prose follows (then it separates the
+        # prose from the text before the markup) or DROP it (after `</think>`).
+        self._leading_ws = KEEP
+        self._seen_section = False
+        self._header = ""
+        self._raw_call: list[str] = []  # the markup of the current call, in case it stays text
+        self._args_sent = False
+        self._held_args: list[str] = []  # INFER: arguments kept until the name is known
+        self._held_size = 0
+
+    @property
+    def idle(self) -> bool:
+        return self._state == TEXT and not self._buf and self._leading_ws == KEEP
+
+    def feed(self, text: str) -> list[Segment]:
+        if self._state == ARGS and self._args_sent and not self._buf and text and "<" not in text and not text[-1].isspace():
+            # The bulk of a tool-call stream. Arguments with no `<` (every marker starts with
+            # one) and no whitespace at the end (which `_run` would hold) go on as they came:
+            # what `_run` makes of them, without its search.
+            return [CallArgs(text)]
+        self._buf += text
+        return self._run(final=False)
+
+    def finish(self) -> list[Segment]:
+        if self._state != TEXT:
+            # A marker cut in half inside markup is markup, not text.
+            cut = self._buf.rfind("<")
+            if cut != -1 and is_marker_fragment(self._buf[cut:], _KIMI_MARKERS):
+                self._buf = self._buf[:cut]
+        out = self._run(final=True)
+        if self._state == HEADER:  # cut off before the arguments began: the markup stays text
+            self._release_call_as_text(out)
+        elif self._state in (ARGS, INFER):
+            self._close_call(out, closing_marker="")
+        return out
+
+    # -- scanning ------------------------------------------------------------------------------
+
+    def _markers(self) -> tuple[Marker, ...]:
+        if self._reasoning and self._seen_section and self._state in (TEXT, SECTION):
+            return _KIMI_MARKERS + (_THINK_END,)
+        return _KIMI_MARKERS
+
+    def _run(self, final: bool) -> list[Segment]:
+        out: list[Segment] = []
+        buf, pos = self._buf, 0
+        while True:
+            match = find_marker(buf, pos, self._markers(), final)
+            complete = match is not None and match.marker is not None
+            end = len(buf) if match is None else match.pos
+            maybe_marker = match is not None and self._state == TEXT  # a marker may begin at `end`
+            if not complete and not final and (self._state == ARGS or self._leading_ws == HOLD or maybe_marker):
+                # Whitespace at the end may be padding before the next marker: leave it unread
+                # until something else arrives (bounded, so a flood of spaces still flows).
+                # Also in front of a possible marker's beginning, as the other dialects do: sent
+                # early, it would stay where one piece holding it and the marker drops it (fuzzing).
+                kept = end - pos - len(buf[pos:end].rstrip())
+                if kept < self._max_held:
+                    end -= kept
+            if end > pos:
+                self._take_text(buf[pos:end], out, match.marker if complete else None, final)
+                pos = end
+            if not complete:
+                break
+            pos = match.pos + len(match.marker.text)
+            self._on_marker(match.marker, out)
+        self._buf = buf[pos:]
+        return out
+
+    def _take_text(self, text: str, out: list[Segment], next_marker: Marker | None, final: bool) -> None:
+        """Text between markers; `next_marker` is the marker right after it, if known yet."""
+        state = self._state
+        if state == TEXT and next_marker is not None and next_marker.kind in (SECTION_BEGIN, CALL_BEGIN):
+            # Servers that keep special tokens decode them with a space on each side: the
+            # space arriving with a section or call begin is its padding, not text.
+            text = text.rstrip()
+            if not text:
+                return
+        if state in (TEXT, SECTION):
+            # Inside a section only the whitespace right after a marker is padding (DROP is set
+            # on entering it): lstripping every piece would lose the spaces between words that
+            # arrive as tokens of their own (" world"), and only when split (found by fuzzing).
+            if self._leading_ws == DROP:
+                text = text.lstrip()
+            elif self._leading_ws == HOLD and text.isspace():
+                return  # whitespace-only between markup and markup or the end: padding
+            if not text:
+                return
+            self._leading_ws = KEEP
+            out.append(Text(text))
+        elif state == ARGS:
+            if not self._args_sent:
+                text = text.lstrip()
+            if next_marker is not None or final:
+                text = text.rstrip()
+            if text:
+                out.append(CallArgs(text))
+                self._args_sent = True
+        elif state == HEADER:
+            self._header += text
+            self._raw_call.append(text)
+            if len(self._header) > MAX_HEADER:
+                self._release_call_as_text(out)
+        elif state == INFER:
+            self._held_args.append(text)
+            self._raw_call.append(text)
+            self._held_size += len(text)
+            if self._held_size > self._max_held:
+                self._release_call_as_text(out)
+        else:  # VISIBLE
+            out.append(Text(text))
+
+    # -- transitions ---------------------------------------------------------------------------
+
+    def _on_marker(self, marker: Marker, out: list[Segment]) -> None:
+        kind, state = marker.kind, self._state
+        if state == VISIBLE:
+            out.append(Text(marker.text))  # the call stays text, markers and all
+            if kind == CALL_BEGIN:
+                out.pop()  # a new call gets its own chance
+        elif state in (HEADER, ARGS, INFER):
+            if kind == ARGUMENT_BEGIN and state == HEADER:
+                self._raw_call.append(marker.text)
+                self._open_call(out)
+                return
+            if kind not in (CALL_BEGIN, CALL_END, SECTION_END):
+                return  # a stray marker inside a call is dropped
+            if state == HEADER:  # a call with no arguments at all
+                self._open_call(out)
+            # A call-begin is not part of the call it closes: it opens the next one.
+            self._close_call(out, closing_marker="" if kind == CALL_BEGIN else marker.text)
+        elif kind == THINK_END:
+            out.append(ReasoningEnd())
+            self._state = TEXT
+            self._leading_ws = DROP
+            return
+        elif kind == SECTION_BEGIN:
+            self._seen_section = True
+            self._state = SECTION
+            self._leading_ws = DROP
+            return
+
+        if kind == CALL_BEGIN:
+            self._seen_section = True
+            self._state = HEADER
+            self._header = ""
+            self._raw_call = [marker.text]
+        elif kind == SECTION_END:
+            self._state = TEXT
+            self._leading_ws = HOLD
+        elif kind == CALL_END and state not in (TEXT, SECTION):
+            self._state = SECTION
+            self._leading_ws = DROP
+        elif state == TEXT:
+            self._leading_ws = HOLD  # a stray marker: dropped with its padding
+
+    def _open_call(self, out: list[Segment]) -> None:
+        name = self._namer.name_for(self._header)
+        if name is not None:
+            if not self._namer.scope.admit(name):
+                self._release_call_as_text(out)
+                return
+            out.append(CallBegin(self._namer.id_for(self._header, name), name))
+            self._state = ARGS
+            self._args_sent = False
+        elif self._namer.can_infer(self._header):
+            self._state = INFER
+            self._held_args = []
+            self._held_size = 0
+        else:
+            self._namer.scope.note(UNKNOWN_NAME, f"{excerpt(self._header)} names no declared tool")
+            self._release_call_as_text(out)
+
+    def _close_call(self, out: list[Segment], closing_marker: str) -> None:
+        if self._state == ARGS:
+            if not self._args_sent:
+                out.append(CallArgs("{}"))
+            out.append(CallEnd())
+        elif self._state == INFER:
+            arguments = "".join(self._held_args).strip()
+            name = self._namer.name_from_arguments(arguments)
+            if name is None:
+                self._namer.scope.note(UNKNOWN_NAME, f"{excerpt(self._header)}: its arguments fit no declared tool")
+            if name is None or not self._namer.scope.admit(name):
+                out.append(Text("".join(self._raw_call) + closing_marker))
+            else:
+                out.append(CallBegin(self._namer.id_for(self._header, name), name))
+                out.append(CallArgs(arguments or "{}"))
+                out.append(CallEnd())
+        elif self._state == VISIBLE and closing_marker:
+            out.append(Text(closing_marker))
+        self._state = SECTION
+        self._leading_ws = DROP
+        self._header = ""
+        self._raw_call = []
+        self._held_args = []
+        self._held_size = 0
+
+    def _release_call_as_text(self, out: list[Segment]) -> None:
+        """The current call cannot become a call: its markup is shown as text, nothing lost."""
+        out.append(Text("".join(self._raw_call)))
+        self._state = VISIBLE
+        self._header = ""
+        self._raw_call = []
+        self._held_args = []
+        self._held_size = 0

@@ -1,0 +1,208 @@
+"""Reasoning markup in a content channel: `<think>…</think>` and its spellings.
+
+    <think>The user wants the weather.</think>
+
+    It is sunny.
+
+The text between the tags is reasoning (`ReasoningText`); the rest stays content. Spellings:
+`<think>`, `<reasoning>`, `<thought>`, `<seed:think>` (Seed-OSS), `[THINK]` (Mistral v13+), each
+with its own closing tag. Templates that pre-open the block (DeepSeek-R1, QwQ, Qwen3 Thinking)
+make the output start inside reasoning with only the closing tag to come: `preopened=True`.
+
+States (`_state`):
+
+    START   --an opening tag first------> THINK    (the tag and whitespace before it dropped)
+    START   --anything else-------------> CONTENT
+    THINK   --a closing tag-------------> CONTENT  (the tag and the whitespace after it dropped)
+    THINK   --a tool-call section begins-> CONTENT  (Kimi, DeepSeek, Mistral when they run: the
+                                                    call ends the reasoning; the marker goes on
+                                                    as content, for the call dialects)
+    CONTENT: everything is content, tags included (code and arguments may hold them)
+
+A pre-opened stream starts in THINK, where an opening tag written anyway (DeepSeek-R1-0528
+writes its own) is dropped too.
+
+Only a possible tag prefix is ever held back, as in every dialect.
+"""
+
+from __future__ import annotations
+
+from .base import Lexer, Marker, ReasoningText, Segment, Text, find_marker
+
+OPEN, CLOSE, TOOLS = "open", "close", "tools"
+_PAIRS = {
+    "<think>": "</think>",
+    "<reasoning>": "</reasoning>",
+    "<thought>": "</thought>",
+    "<seed:think>": "</seed:think>",
+    "[THINK]": "[/THINK]",
+}
+# Markup that starts tool calls, by dialect: a model that calls a tool is done reasoning (vLLM's
+# kimi_k2 reasoning parser and SGLang treat the section begin as an implicit `</think>`). Only
+# the markers of the dialects that run for the model count.
+TOOL_STARTS = {
+    "kimi": ("<|tool_calls_section_begin|>", "<|tool_call_begin|>"),
+    "deepseek": ("<｜tool▁calls▁begin｜>", "<｜tool▁call▁begin｜>", "<｜DSML｜function_calls>", "<｜DSML｜tool_calls>"),
+    "mistral": ("[TOOL_CALLS]",),
+}
+
+_OPEN_MARKERS = tuple(Marker(t, OPEN) for t in _PAIRS)
+_CLOSE_MARKERS = tuple(Marker(t, CLOSE) for t in _PAIRS.values())
+
+START, CONTENT, THINK = "start", "content", "think"
+
+
+class ThinkLexer:
+    """Splits one content channel into reasoning and content (see the module docstring).
+
+    A reasoning block opens only at the start of the content (leading whitespace aside): that
+    is where models write it. Anywhere later, `<think>` and `</think>` are the model's text (code
+    that strips think tags, an argument that holds them) and pass untouched.
+    """
+
+    def __init__(self, *, preopened: bool = False, tool_starts: tuple[str, ...] = (), started: bool = False) -> None:
+        self._preopened = preopened
+        self._think_markers = _CLOSE_MARKERS + tuple(Marker(t, TOOLS) for t in tool_starts)
+        self._started = started  # content was already sent before this lexer saw any
+        self._reset()
+
+    def _reset(self) -> None:
+        self._state = THINK if self._preopened else CONTENT if self._started else START
+        self._at_start = True  # THINK: nothing read yet (a pre-opened model may still write `<think>`)
+        self._buf = ""
+        self._drop_ws = False  # after a closing tag: the blank lines that follow are layout
+
+    @property
+    def idle(self) -> bool:
+        return self._state == CONTENT and not self._buf and not self._drop_ws
+
+    def feed(self, text: str) -> list[Segment]:
+        self._buf += text
+        return self._run(final=False)
+
+    def finish(self) -> list[Segment]:
+        out = self._run(final=True)
+        self._reset()
+        return out
+
+    def _run(self, final: bool) -> list[Segment]:
+        out: list[Segment] = []
+        buf, pos = self._buf, 0
+        while pos < len(buf):
+            if self._state == CONTENT:
+                self._emit(buf[pos:], out)
+                pos = len(buf)
+                break
+            if self._state == START or self._at_start:
+                if not buf[pos:].strip():
+                    # Whitespace alone decides nothing, but holding it would make the result
+                    # depend on whether it came in an event of its own (which may pass untouched).
+                    self._emit(buf[pos:], out)
+                    pos = len(buf)
+                    break
+                opened = self._open_tag(buf, pos, final)
+                if opened is None:  # a possible tag cut short: wait for more
+                    break
+                if opened != pos:
+                    pos, self._state, self._at_start = opened, THINK, False
+                    continue
+                self._at_start = False
+                if self._state == START:
+                    self._state = CONTENT
+                    continue
+            match = find_marker(buf, pos, self._think_markers, final)
+            end = len(buf) if match is None else match.pos
+            if match is not None and match.marker is None:
+                # A possible tag is held: so is the whitespace in front of it, else the dialects
+                # behind would get it alone, and it would stay where in one piece with markup
+                # it is that markup's padding (found by fuzzing).
+                end = pos + len(buf[pos:end].rstrip())
+            if end > pos:
+                self._emit(buf[pos:end], out)
+            if match is None or match.marker is None:
+                pos = end
+                break
+            marker = match.marker
+            pos = match.pos + len(marker.text)
+            self._state = CONTENT
+            if marker.kind == CLOSE:
+                self._drop_ws = True
+            else:  # a tool call begins inside reasoning: it is content for the call dialects
+                out.append(Text(marker.text))
+        self._buf = buf[pos:]
+        if final and self._buf:  # whitespace or a cut tag at the very end: it was text
+            self._emit(self._buf, out)
+            self._buf = ""
+        return out
+
+    def _open_tag(self, buf: str, pos: int, final: bool) -> int | None:
+        """At the start: the position after an opening tag (and the whitespace before it), `pos`
+        when none opens here, None when it cannot be told yet."""
+        rest = buf[pos:].lstrip()
+        if not rest:
+            return pos if final else None
+        for tag in _PAIRS:
+            if rest.startswith(tag):
+                return len(buf) - len(rest) + len(tag)
+        if not final and any(tag.startswith(rest) for tag in _PAIRS):
+            return None
+        return pos
+
+    def _emit(self, text: str, out: list[Segment]) -> None:
+        if self._state == THINK:
+            out.append(ReasoningText(text))
+            return
+        if self._drop_ws:
+            text = text.lstrip()
+            if not text:
+                return
+            self._drop_ws = False
+        out.append(Text(text))
+
+
+class ReasoningSplit:
+    """A content channel that may hold reasoning: `ThinkLexer` splits it, and each side runs its
+    own chain of call dialects.
+
+    Calls inside `<think>` follow parsers.md 5.11: tag dialects (Hermes, Qwen) hold a block
+    found in reasoning, bounded like any block, and make it a call only when it is complete,
+    well-formed and names a declared tool; anything else stays reasoning text. (Kimi and
+    DeepSeek sections end the reasoning in `ThinkLexer` itself and are calls.)
+    """
+
+    def __init__(self, think: ThinkLexer, reasoning: Lexer, content: Lexer) -> None:
+        self._think = think
+        self._reasoning = reasoning
+        self._content = content
+        self._side: Lexer | None = None  # the chain the last piece of text went to
+
+    @property
+    def idle(self) -> bool:
+        return self._think.idle and self._reasoning.idle and self._content.idle
+
+    def feed(self, text: str) -> list[Segment]:
+        return self._route(self._think.feed(text))
+
+    def finish(self) -> list[Segment]:
+        out = self._route(self._think.finish())
+        out += self._flush(self._reasoning) + self._flush(self._content)
+        self._side = None
+        return out
+
+    def _route(self, segments: list[Segment]) -> list[Segment]:
+        out: list[Segment] = []
+        for seg in segments:
+            side = self._reasoning if type(seg) is ReasoningText else self._content
+            if self._side is not None and self._side is not side:
+                out += self._flush(self._side)  # what one side held ends where the other begins
+            self._side = side
+            out += self._as_side(side, side.feed(seg.text))
+        return out
+
+    def _flush(self, side: Lexer) -> list[Segment]:
+        return self._as_side(side, side.finish())
+
+    def _as_side(self, side: Lexer, segments: list[Segment]) -> list[Segment]:
+        if side is self._content:
+            return segments
+        return [ReasoningText(seg.text) if type(seg) is Text else seg for seg in segments]
