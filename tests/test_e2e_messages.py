@@ -125,3 +125,41 @@ def test_deepseek_anthropic_gets_its_thinking_back_on_the_next_turn(upstream, cl
     sent = upstream.requests_for(model)[-1].json["messages"]
     assert sent[1]["content"][0] == {"type": "thinking", "thinking": "Need ls.", "signature": ""}
     assert sent[1]["content"][1]["id"] == "call_00_x" and sent[2] == history[2]
+
+
+def test_tool_emulation_for_a_text_only_anthropic_backend(upstream, unique_model):
+    """`toolshim_emulate`: the request goes without tools, the manifest in `system`, the
+    history flattened; the `<tool_call>` the model writes comes back as a tool_use block, and
+    the next turn's tool_result reaches the backend as text."""
+    import json
+
+    from harness import Mitmdump, RecordedRequest, Script
+
+    model = f"emulated-{unique_model}"
+    call_text = 'Checking.\n<tool_call>{"name": "Bash", "arguments": "{\\"command\\": \\"ls\\"}"}</tool_call>'
+
+    def respond(request: RecordedRequest) -> Script:
+        body = request.json or {}
+        if "tools" in body or "tool_choice" in body:
+            return Script(status=400, headers=(("content-type", "application/json"),), chunks=(b'{"type":"error","error":{"type":"invalid_request_error","message":"no tools here"}}',), framing="content-length")
+        text = "Two files." if "[function_call_output call_id=toolu_" in json.dumps(body) else call_text
+        return Script(headers=(("content-type", "text/event-stream"),), chunks=(stream(model, block_events(0, "text", [text])),))
+
+    upstream.add_responder(model, respond)
+    with Mitmdump(upstream.url, extra_args=["--set", "toolshim_emulate=^emulated-"]) as proxy:
+        with anthropic.Anthropic(base_url=proxy.url, api_key="test-key", max_retries=0, timeout=30) as client:
+            history = [{"role": "user", "content": "List the files."}]
+            with client.messages.stream(model=model, max_tokens=100, system="Be brief.", messages=history, tools=[BASH_TOOL], tool_choice={"type": "any"}) as events:
+                first = events.get_final_message()
+            assert [b.type for b in first.content] == ["text", "tool_use"] and first.stop_reason == "tool_use"
+            call = first.content[1]
+            assert call.input == {"command": "ls"} and call.id.startswith("toolu_")
+            history += [{"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in first.content]},
+                        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": call.id, "content": "a b"}]}]
+            with client.messages.stream(model=model, max_tokens=100, messages=history, tools=[BASH_TOOL]) as events:
+                second = events.get_final_message()
+    assert second.content[0].text == "Two files."
+    sent = upstream.requests_for(model)
+    assert "tools" not in sent[0].json and "You MUST call at least one tool" in sent[0].json["system"] and sent[0].json["system"].startswith("Be brief.")
+    assert sent[-1].json["messages"][-1] == {"role": "user", "content": f"[function_call_output call_id={call.id} output=a b]"}
+    assert '<tool_call>{"name":"Bash"' in sent[-1].json["messages"][1]["content"]

@@ -2,7 +2,7 @@
 
 The backend only understands text. So the request that goes upstream loses `tools`,
 `tool_choice` and `parallel_tool_calls`; instead the model is taught, in its system prompt
-(Chat) or `instructions` (Responses), to write each call as a sentinel block
+(Chat, and Anthropic's `system`) or `instructions` (Responses), to write each call as a block
 
     <tool_call>{"name": "get_weather", "arguments": "{\\"city\\": \\"Paris\\"}"}</tool_call>
 
@@ -26,7 +26,7 @@ import orjson
 
 from .tools import RequestContext, ToolSpec
 
-CHAT, RESPONSES = "chat", "responses"
+CHAT, RESPONSES, MESSAGES = "chat", "responses", "messages"
 _SENTINEL_TAG = re.compile(r"<(/?)tool_call>")
 
 
@@ -131,11 +131,35 @@ class EmulatedRequest:
         }
 
 
+def openai_tool_choice(tool_choice: Any) -> Any:
+    """Anthropic's `tool_choice` in OpenAI's words (`any` is `required`, `tool` forces a name)."""
+    if isinstance(tool_choice, dict) and tool_choice.get("type") in ("none", "auto", "any", "tool"):
+        kind = tool_choice["type"]
+        if kind == "tool":
+            return {"type": "function", "name": tool_choice.get("name")}
+        return "required" if kind == "any" else kind
+    return tool_choice
+
+
 def emulate_request(request: dict[str, Any], api: str) -> EmulatedRequest:
-    """The text-only request for `request` (a parsed Chat or Responses body); it is not changed."""
+    """The text-only request for `request` (a parsed Chat, Responses or Messages body); it is
+    not changed."""
     context = RequestContext.from_request(request)
     body = {k: v for k, v in request.items() if k not in ("tools", "tool_choice", "parallel_tool_calls", "functions", "function_call")}
-    result = EmulatedRequest(body, context, request.get("tool_choice"), tools=list(context.tools))
+    tool_choice = openai_tool_choice(request.get("tool_choice"))
+    result = EmulatedRequest(body, context, tool_choice, tools=list(context.tools))
+    if api == MESSAGES:
+        messages = request.get("messages")
+        if isinstance(messages, list):
+            body["messages"] = list(_flatten_messages(messages, result))
+        if context.tools:
+            rules = manifest(context.tools, _descriptions(request.get("tools")), tool_choice, context.parallel_tool_calls)
+            system = body.get("system")
+            if isinstance(system, list):  # text blocks (cache_control and all): one more
+                body["system"] = [*system, {"type": "text", "text": rules}]
+            else:
+                body["system"] = f"{system}\n\n{rules}" if isinstance(system, str) and system else rules
+        return result
     if api == CHAT:
         messages = request.get("messages")
         if isinstance(messages, list):
@@ -147,7 +171,7 @@ def emulate_request(request: dict[str, Any], api: str) -> EmulatedRequest:
         elif isinstance(items, str):
             body["input"] = _neutralised(items, result)
     if context.tools:
-        rules = manifest(context.tools, _descriptions(request.get("tools")), request.get("tool_choice"), context.parallel_tool_calls)
+        rules = manifest(context.tools, _descriptions(request.get("tools")), tool_choice, context.parallel_tool_calls)
         if api == CHAT:
             body["messages"] = _with_system_prompt(body.get("messages") or [], rules)
         else:
@@ -279,4 +303,39 @@ def _flatten_responses(items: list[Any], result: EmulatedRequest) -> list[Any]:
             out.add_user(item)
         else:
             out.append(item)
+    return out
+
+
+def _flatten_messages(messages: list[Any], result: EmulatedRequest) -> list[Any]:
+    """Anthropic: tool_use blocks become the blocks the model was taught, tool_result blocks the
+    output lines, thinking blocks are dropped (signed for another model, or of no use to a text
+    backend); text stays text."""
+    out: list[Any] = []
+    for message in messages:
+        content = message.get("content") if isinstance(message, dict) else None
+        if not isinstance(content, list):
+            out.append({**message, "content": _neutralised(content, result)} if isinstance(content, str) and message.get("role") == "user" else message)
+            continue
+        lines = []
+        for block in content:
+            kind = block.get("type") if isinstance(block, dict) else None
+            if kind == "tool_use" and isinstance(block.get("name"), str):
+                result.echoed_calls += 1
+                lines.append(sentinel_block(block["name"], _compact(block.get("input") if block.get("input") is not None else {})))
+            elif kind == "tool_result":
+                result.outputs += 1
+                output = _text_of(block.get("content"))
+                if neutralise(output) != output:
+                    result.neutralised += 1
+                lines.append(output_line(str(block.get("tool_use_id") or ""), output))
+            elif kind in ("thinking", "redacted_thinking"):
+                result.dropped_items += 1
+            elif kind == "text" and isinstance(block.get("text"), str):
+                lines.append(_neutralised(block["text"], result) if message.get("role") == "user" else block["text"])
+            else:  # images, documents: left for a backend that can read them
+                lines.append(block)
+        if all(isinstance(line, str) for line in lines):
+            out.append({**message, "content": "\n".join(lines)})
+        else:
+            out.append({**message, "content": [{"type": "text", "text": line} if isinstance(line, str) else line for line in lines]})
     return out
