@@ -78,3 +78,87 @@ BASH_TOOL = {
     "description": "Run a shell command.",
     "input_schema": {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]},
 }
+
+
+# -- our own check of the Messages wire rules -------------------------------------------------------
+
+
+class MessagesWireError(AssertionError):
+    pass
+
+
+def check_messages_stream(body: bytes) -> dict[str, Any]:
+    """Validate an Anthropic SSE body against the rules the SDKs enforce, and accumulate it with
+    the `anthropic` SDK's own accumulator. Returns {"content": [blocks as dicts], "stop_reason"}.
+
+    Rules: every event has an `event:` line naming its type; message_start first; blocks
+    numbered 0, 1, 2… in order, each started once and stopped once, deltas only inside an open
+    block, of the block's kind; a tool_use starts with `input: {}` and its `input_json_delta`
+    pieces are non-empty and each running concatenation a JSON prefix the TypeScript SDK's
+    partial parser accepts; stop_reason is tool_use when a tool_use block was sent."""
+    from anthropic.lib.streaming._messages import accumulate_event
+    from toolshim.messages import JsonPrefix
+
+    snapshot = None
+    open_blocks: dict[int, str] = {}
+    closed: set[int] = set()
+    prefixes: dict[int, JsonPrefix] = {}
+    started = False
+    stop_reason = None
+    saw_tool_use = False
+    for block in body.replace(b"\r\n", b"\n").split(b"\n\n"):
+        if not block.strip():
+            continue
+        lines = block.decode().split("\n")
+        names = [line[6:].strip() for line in lines if line.startswith("event:")]
+        data = "\n".join(line[5:].lstrip() for line in lines if line.startswith("data:"))
+        if not data:
+            continue
+        event = json.loads(data)
+        kind = event.get("type")
+        if names != [kind]:
+            raise MessagesWireError(f"event line {names} does not name the type {kind!r}")
+        if not started and kind != "message_start":
+            if kind in ("ping", "error"):
+                continue
+            raise MessagesWireError(f"{kind} before message_start")
+        started = True
+        index = event.get("index")
+        if kind == "content_block_start":
+            if index != len(open_blocks) + len(closed) or index in closed or index in open_blocks:
+                raise MessagesWireError(f"block {index} started out of order (open {sorted(open_blocks)}, closed {len(closed)})")
+            block_kind = event["content_block"]["type"]
+            open_blocks[index] = block_kind
+            if block_kind == "tool_use":
+                saw_tool_use = True
+                if event["content_block"].get("input") != {}:
+                    raise MessagesWireError(f"tool_use {index} starts with input {event['content_block'].get('input')!r}")
+                prefixes[index] = JsonPrefix()
+        elif kind == "content_block_delta":
+            if index not in open_blocks:
+                raise MessagesWireError(f"delta for block {index}, which is not open")
+            delta = event["delta"]
+            allowed = {"text": {"text_delta", "citations_delta"}, "thinking": {"thinking_delta", "signature_delta"}, "tool_use": {"input_json_delta"}}.get(open_blocks[index])
+            if allowed is not None and delta["type"] not in allowed:
+                raise MessagesWireError(f"{delta['type']} in a {open_blocks[index]} block")
+            if delta["type"] == "input_json_delta":
+                piece = delta["partial_json"]
+                if not piece:
+                    raise MessagesWireError(f"empty partial_json in block {index}")
+                if not prefixes[index].feed(piece):
+                    raise MessagesWireError(f"partial_json {piece!r} breaks the arguments of block {index}")
+        elif kind == "content_block_stop":
+            if index not in open_blocks:
+                raise MessagesWireError(f"stop for block {index}, which is not open")
+            closed.add(index)
+            del open_blocks[index]
+        elif kind == "message_delta":
+            if open_blocks:
+                raise MessagesWireError(f"message_delta with blocks open: {sorted(open_blocks)}")
+            stop_reason = event["delta"].get("stop_reason")
+        if kind in ("message_start", "content_block_start", "content_block_delta", "content_block_stop", "message_delta"):
+            snapshot = accumulate_event(event=event, current_snapshot=snapshot)
+    if saw_tool_use and stop_reason not in ("tool_use", "max_tokens", None):
+        raise MessagesWireError(f"tool_use sent but stop_reason {stop_reason!r}")
+    content = [b.model_dump(exclude_none=True) for b in snapshot.content] if snapshot is not None else []
+    return {"content": content, "stop_reason": stop_reason}
