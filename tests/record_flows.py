@@ -13,8 +13,10 @@ files of situations not selected are left as they are (their flow ids and bytes 
 
 Chat Completions situations post to /v1/chat/completions (streams end with `data: [DONE]`);
 Responses API situations post to /v1/responses (streams are `event:`/`data:` pairs, one event
-per HTTP chunk, ending on `response.completed` without `[DONE]`). Buffered answers are JSON
-with a content-length.
+per HTTP chunk, ending on `response.completed` without `[DONE]`); Anthropic Messages situations
+post to /v1/messages or /anthropic/v1/messages with `x-api-key` and `anthropic-version` headers
+(streams are `event:`/`data:` pairs, one event per HTTP chunk, from `message_start` to
+`message_stop`). Buffered answers are JSON with a content-length.
 
 The `flows/<situation>.expected.json` files beside them are written by hand and are not touched
 here: they say what toolshim should make of each recorded response (see tests/test_flows.py).
@@ -39,6 +41,7 @@ if str(_TESTS_DIR) not in sys.path:
 
 import httpx  # noqa: E402
 
+import anthropic_stream  # noqa: E402
 from harness import PROJECT_ROOT, Mitmdump, ScriptedUpstream, read_flows, sse_body  # noqa: E402
 from kimi import (  # noqa: E402
     ARG_BEGIN,
@@ -68,6 +71,7 @@ K2_THINKING = "moonshotai/Kimi-K2-Thinking"
 
 SSE_TYPE = "text/event-stream; charset=utf-8"
 JSON_TYPE = "application/json"
+BEARER = (("authorization", "Bearer sk-toolshim-fixture"),)
 
 
 # -- request pieces, shaped like a real Chat Completions client's ---------------------------------
@@ -218,6 +222,7 @@ class Situation:
     content_type: str = SSE_TYPE
     writes: tuple[bytes, ...] = ()  # the reply body, one socket write (HTTP chunk) each
     framing: str = "chunked"
+    headers: tuple[tuple[str, str], ...] = ()  # the request's credentials; default: a Bearer token
 
     @property
     def key(self) -> str:
@@ -577,6 +582,7 @@ def situations() -> list[Situation]:
     out += responses_situations()
     out += dialect_situations()
     out += native_situations()
+    out += messages_situations()
 
     names = [s.name for s in out]
     assert len(names) == len(set(names)), "situation names must be unique"
@@ -1217,6 +1223,320 @@ def native_situations() -> list[Situation]:
     return out
 
 
+# -- Anthropic Messages API (`/v1/messages`): markup in text and thinking blocks ----------------------
+
+MESSAGES_PATH = "/v1/messages"
+MOONSHOT_PATH = "/anthropic/v1/messages"  # Moonshot's Anthropic-compatible base URL ends in /anthropic
+ANTHROPIC_HEADERS = (("x-api-key", "sk-ant-toolshim-fixture"), ("anthropic-version", "2023-06-01"))
+KIMI_K2_THINKING = "kimi-k2-thinking"  # Moonshot's own model names on its Anthropic endpoint
+KIMI_K2_0905 = "kimi-k2-0905-preview"
+QWEN3_2507 = "Qwen/Qwen3-235B-A22B-Instruct-2507"
+MINIMAX_M2_1 = "MiniMaxAI/MiniMax-M2.1"
+
+
+def anthropic_tool(chat_tool: dict[str, Any]) -> dict[str, Any]:
+    """A Chat Completions tool declaration in the Messages API's shape."""
+    function = chat_tool["function"]
+    return {"name": function["name"], "description": function["description"], "input_schema": function["parameters"]}
+
+
+A_BASH, A_READ_FILE = anthropic_tool(BASH), anthropic_tool(READ_FILE)
+A_GET_WEATHER, A_GET_TIME, A_GET_FORECAST = anthropic_tool(GET_WEATHER), anthropic_tool(GET_TIME), anthropic_tool(GET_FORECAST)
+A_SEARCH_CODE = anthropic_tool(SEARCH_CODE)
+
+
+def messages_request(
+    model: str, user: str, *, stream: bool = True, tools: list[dict[str, Any]] | None = None, thinking: bool = False
+) -> dict[str, Any]:
+    """A Messages request as the Anthropic SDK and Claude Code send one."""
+    body: dict[str, Any] = {
+        "model": model,
+        "max_tokens": 8192,
+        "system": "You are a helpful coding assistant.",
+        "messages": [{"role": "user", "content": [{"type": "text", "text": user}]}],
+    }
+    if thinking:
+        body["thinking"] = {"type": "enabled", "budget_tokens": 4096}
+    if tools:
+        body["tools"] = tools
+        body["tool_choice"] = {"type": "auto"}
+    body["stream"] = stream
+    return body
+
+
+def message_usage(input_tokens: int, output_tokens: int) -> dict[str, int]:
+    return {"input_tokens": input_tokens, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0, "output_tokens": output_tokens}
+
+
+def messages_events(
+    model: str, msg_id: str, blocks: list[list[dict[str, Any]]], *, usage: tuple[int, int], stop_reason: str = "end_turn"
+) -> list[dict[str, Any]]:
+    """message_start (output_tokens 1), a ping, the blocks' events, message_delta (the usage's
+    output tokens) and message_stop, as Anthropic streams them."""
+    start = anthropic_stream.message_start(model)
+    start["message"] = {**start["message"], "id": msg_id, "usage": message_usage(usage[0], 1)}
+    events = [start, {"type": "ping"}]
+    for block in blocks:
+        events += block
+    end = anthropic_stream.message_end(stop_reason, output_tokens=usage[1])
+    return events + end
+
+
+def messages_stream(name: str, request: dict[str, Any], events: list[dict[str, Any]], path: str = MESSAGES_PATH) -> Situation:
+    """A Messages SSE body, one `event:`/`data:` pair per HTTP chunk."""
+    writes = tuple(anthropic_stream.sse([event]) for event in events)
+    return Situation(name, "POST", path, request, writes=writes, headers=ANTHROPIC_HEADERS)
+
+
+def messages_json(name: str, request: dict[str, Any], obj: Any, *, status: int = 200, path: str = MESSAGES_PATH) -> Situation:
+    situation = json_reply(name, "POST", path, request, obj, status=status)
+    return Situation(**{**situation.__dict__, "headers": ANTHROPIC_HEADERS})
+
+
+def messages_situations() -> list[Situation]:
+    """Anthropic Messages API answers of open models behind Anthropic-compatible servers (vLLM,
+    SGLang, llama.cpp, Moonshot's and MiniMax's /anthropic): markup leaked into text and
+    thinking blocks, upstream's own broken tool_use, and what must pass untouched."""
+    block, tool_use = anthropic_stream.block_events, anthropic_stream.tool_use_events
+    out: list[Situation] = []
+
+    # Kimi-K2-Thinking: the section leaks into the thinking block (no signature), a text block follows.
+    out.append(
+        messages_stream(
+            "messages_kimi_in_thinking_stream",
+            messages_request(KIMI_K2_THINKING, "List the files in src.", tools=[A_BASH, A_READ_FILE], thinking=True),
+            messages_events(
+                KIMI_K2_THINKING,
+                "msg_01Kq7tWzV3bN8mYc2xR5pLdA",
+                [
+                    block(
+                        0,
+                        "thinking",
+                        [
+                            "The user wants",
+                            " the files in src.",
+                            " I should run ls.",
+                            SECTION_BEGIN,
+                            CALL_BEGIN,
+                            "functions.bash:0",
+                            ARG_BEGIN,
+                            '{"command": ',
+                            '"ls -la src"}',
+                            CALL_END,
+                            SECTION_END,
+                        ],
+                    ),
+                    block(1, "text", ["I'll list", " the files in src."]),
+                ],
+                usage=(402, 58),
+            ),
+            path=MOONSHOT_PATH,
+        )
+    )
+
+    # MiniMax-M2.1 without a tool parser: an `<invoke>` block between two sentences of a text block.
+    out.append(
+        messages_stream(
+            "messages_minimax_invoke_in_text",
+            messages_request(MINIMAX_M2_1, "Will it rain in Tokyo this weekend?", tools=[A_GET_WEATHER, A_GET_FORECAST]),
+            messages_events(
+                MINIMAX_M2_1,
+                "msg_0a5e2c7b9d1f4e63b8c0a2d4",
+                [
+                    block(
+                        0,
+                        "text",
+                        dialect_tokens(
+                            "I'll get the weekend forecast for Tokyo.\n"
+                            "<minimax:tool_call>\n"
+                            '<invoke name="get_forecast">\n<parameter name="city">Tokyo</parameter>\n<parameter name="days">2</parameter>\n</invoke>\n'
+                            "</minimax:tool_call>\n"
+                            "Then I will tell you whether to take an umbrella.",
+                            MINIMAX_SPECIALS,
+                        ),
+                    ),
+                ],
+                usage=(512, 77),
+            ),
+        )
+    )
+
+    # Qwen3 (Hermes markup) without a tool parser: prose, then two `<tool_call>` blocks in the text.
+    out.append(
+        messages_stream(
+            "messages_qwen_tool_call_in_text",
+            messages_request(QWEN3_2507, "What's the weather and the time in Paris?", tools=[A_GET_WEATHER, A_GET_TIME]),
+            messages_events(
+                QWEN3_2507,
+                "msg_7c1d9e3f5a2b4c80a6e8f0b2",
+                [
+                    block(
+                        0,
+                        "text",
+                        tokens(
+                            "I'll check both.\n\n"
+                            + tool_call_block({"name": "get_weather", "arguments": {"city": "Paris"}})
+                            + "\n"
+                            + tool_call_block({"name": "get_time", "arguments": {"timezone": "Europe/Paris"}})
+                        ),
+                    ),
+                ],
+                usage=(318, 58),
+            ),
+        )
+    )
+
+    # MiniMax-M2.1 without a reasoning parser: its `<think>` block opens the text block.
+    out.append(
+        messages_stream(
+            "messages_minimax_think_in_text",
+            messages_request(MINIMAX_M2_1, "Is 391 a prime number?", tools=[A_BASH]),
+            messages_events(
+                MINIMAX_M2_1,
+                "msg_3e8a0c2d4f6b4a19c7e9b1d3",
+                [
+                    block(
+                        0,
+                        "text",
+                        dialect_tokens(
+                            "<think>391 = 17 × 23, so it is not prime. No tool is needed.</think>\n\n"
+                            "No: 391 = 17 × 23.",
+                            MINIMAX_SPECIALS,
+                        ),
+                    ),
+                ],
+                usage=(156, 41),
+            ),
+        )
+    )
+
+    # gpt-oss behind llama.cpp's /v1/messages without Harmony parsing: analysis, then a call.
+    out.append(
+        messages_stream(
+            "messages_gpt_oss_harmony_in_text",
+            messages_request(GPT_OSS, "What's the weather in Madrid?", tools=[A_GET_WEATHER, A_GET_TIME]),
+            messages_events(
+                GPT_OSS,
+                "msg_5f2b8d0e6a4c4e71b3d5f7a9",
+                [
+                    block(
+                        0,
+                        "text",
+                        dialect_tokens(
+                            "<|channel|>analysis<|message|>The user asks for the weather in Madrid. I should call get_weather.<|end|>"
+                            "<|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json"
+                            '<|message|>{"city": "Madrid"}<|call|>',
+                            HARMONY_SPECIALS,
+                        ),
+                    ),
+                ],
+                usage=(203, 52),
+            ),
+        )
+    )
+
+    # vLLM's Chat-to-Messages converter: one call opened as two tool_use blocks with one id, the
+    # first with a preview `input` at its start and an empty piece; stop_reason end_turn.
+    call_id = "toolu_vllm_3b9d7f1a5c2e4d86"
+    out.append(
+        messages_stream(
+            "messages_broken_native_split_tool_use",
+            messages_request(QWEN3_CODER, "Where is the retry helper defined?", tools=[A_SEARCH_CODE, A_READ_FILE]),
+            messages_events(
+                QWEN3_CODER,
+                "msg_9b4d6f8a0c2e4b57d1f3a5c7",
+                [
+                    block(0, "text", ["I'll search", " the repository."]),
+                    tool_use(1, call_id, "search_code", ['{"query": "retry_with', ""], start_input={"query": "retry_with"}),
+                    tool_use(2, call_id, "search_code", ['_backoff", ', '"max_results": 5}']),
+                ],
+                usage=(420, 39),
+            ),
+        )
+    )
+
+    # No markup (a `<` in the text), a signed thinking block, tools declared: byte for byte.
+    out.append(
+        messages_stream(
+            "messages_plain_stream_unchanged",
+            messages_request(KIMI_K2_THINKING, "How do I compare two numbers in Python?", tools=[A_BASH], thinking=True),
+            messages_events(
+                KIMI_K2_THINKING,
+                "msg_01Pz4nB8vR2kX6tW9cY3mQeS",
+                [
+                    block(0, "thinking", ["A simple", " comparison question."], signature="EpYBCkgIBxABGAIiQ3n0dGxzaGltLWZpeHR1cmU="),
+                    block(1, "text", ["In Python,", " `a < b`", " is True when", " a is smaller."]),
+                ],
+                usage=(143, 29),
+            ),
+            path=MOONSHOT_PATH,
+        )
+    )
+
+    # `stream: false`: one message whose text block holds a Kimi section.
+    out.append(
+        messages_json(
+            "messages_kimi_non_streaming",
+            messages_request(KIMI_K2_0905, "How full is the disk?", stream=False, tools=[A_BASH]),
+            {
+                "id": "msg_01Hn5rT2wQ8xK4vB7mZ9cJpF",
+                "type": "message",
+                "role": "assistant",
+                "model": KIMI_K2_0905,
+                "content": [
+                    {
+                        "type": "text",
+                        "text": "I'll check the disk usage. "
+                        f"{SECTION_BEGIN} {CALL_BEGIN} functions.bash:0 {ARG_BEGIN} "
+                        '{"command": "df -h"}'
+                        f" {CALL_END} {SECTION_END}",
+                    }
+                ],
+                "stop_reason": "end_turn",
+                "stop_sequence": None,
+                "usage": message_usage(812, 61),
+            },
+            path=MOONSHOT_PATH,
+        )
+    )
+
+    # A Kimi call to a tool the client never declared: the text stays as it came.
+    out.append(
+        messages_stream(
+            "messages_undeclared_tool_stays_text",
+            messages_request(KIMI_K2_0905, "Clean up the build output.", tools=[A_BASH]),
+            messages_events(
+                KIMI_K2_0905,
+                "msg_01Ld3sG7yT1vN5bX8kR2wHcM",
+                [
+                    block(
+                        0,
+                        "text",
+                        ["Cleaning up.", SECTION_BEGIN, CALL_BEGIN, "functions.rm_rf:0", ARG_BEGIN, '{"path": "build"}', CALL_END, SECTION_END],
+                    ),
+                ],
+                usage=(203, 25),
+            ),
+            path=MOONSHOT_PATH,
+        )
+    )
+
+    # An overload answer (Anthropic's 529), with markup in its message: passes untouched.
+    out.append(
+        messages_json(
+            "messages_error_response_529",
+            messages_request(KIMI_K2_0905, "Hello?", tools=[A_BASH]),
+            {
+                "type": "error",
+                "error": {"type": "overloaded_error", "message": "Overloaded: <|tool_calls_section_begin|> was not expected here."},
+                "request_id": "req_011CTz4pW8nY2kV6bR3xQ9mL",
+            },
+            status=529,
+            path=MOONSHOT_PATH,
+        )
+    )
+    return out
+
 
 # -- recording -----------------------------------------------------------------------------------
 
@@ -1240,7 +1560,7 @@ def record(
         with ScriptedUpstream() as upstream:
             proxy = Mitmdump(upstream.url, script=None, extra_args=["-w", str(capture)])
             with proxy:
-                headers = {"authorization": "Bearer sk-toolshim-fixture", "user-agent": "toolshim-record-flows/1"}
+                headers = {"user-agent": "toolshim-record-flows/1"}
                 with httpx.Client(base_url=proxy.url, headers=headers, timeout=30) as client:
                     for situation in situations:
                         # One request at a time, so a routing key can be reused with a new reply.
@@ -1251,7 +1571,9 @@ def record(
                             chunks=situation.writes,
                             framing=situation.framing,  # type: ignore[arg-type]
                         )
-                        request_headers = {"content-type": "application/json"} if situation.request is not None else {}
+                        request_headers = dict(situation.headers or BEARER)
+                        if situation.request is not None:
+                            request_headers["content-type"] = "application/json"
                         response = client.request(
                             situation.method,
                             situation.path,

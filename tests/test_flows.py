@@ -4,7 +4,7 @@ Each `flows/<situation>.flow` holds one flow recorded by `tests/record_flows.py`
 mitmdump without toolshim, so its response is the upstream's raw body. Beside it,
 `flows/<situation>.expected.json` says, written by hand, what toolshim must make of it.
 
-Chat Completions flows (and anything else that is not a Responses call):
+Chat Completions flows (and anything else that is neither a Responses nor a Messages call):
 
     {"content", "reasoning", "reasoning_content", "tool_calls": [{"id", "name", "arguments"}],
      "finish_reason", "usage"}   the accumulated stream (tests/wire.py) or the JSON message
@@ -20,13 +20,26 @@ Responses API flows (the request path ends in /responses):
     types in order, "calls" the function_call items (only the keys given are compared; "name"
     and "arguments" are required), "status" and "usage" are the response's.
 
-Either API:
+Anthropic Messages API flows (the request path ends in /v1/messages):
+
+    {"content": [{"type": "text", "text"} | {"type": "thinking", "thinking", "signature"} |
+                 {"type": "tool_use", "id", "name", "input"}, ...],
+     "stop_reason", "usage"}
+
+    for a stream, what the anthropic SDK's own accumulator (`accumulate_event`, what
+    `messages.stream()` → `get_final_message()` runs) builds from the events, after the wire
+    rules of `check_messages_stream`; for a buffered answer, the JSON body's `content`,
+    `stop_reason` and `usage` as they are (validated as the SDK's `Message`). "usage" is the
+    message_start's, updated by the message_delta's (the totals a client ends with).
+
+Any API:
 
     {"unchanged": true}          the response body stays byte for byte what was recorded
 
 (it may appear together with a result; "note" is a free-text description). Minted ids are
-random: an expected Chat `tool_calls[].id` or Responses `call_id` / `id` given as "re:PATTERN"
-must match PATTERN whole (`re.fullmatch`), e.g. "re:call_[A-Za-z0-9]{24}"; any other value is
+random: an expected Chat `tool_calls[].id`, Responses `call_id` / `id` or Messages `tool_use`
+`id` given as "re:PATTERN" must match PATTERN whole (`re.fullmatch`), e.g.
+"re:call_[A-Za-z0-9]{24}" or "re:toolu_[A-Za-z0-9]{24}"; any other value is
 compared as it is. All flows go through one `mitmdump -nr ... -s addon/toolshim.py` run, since
 every mitmdump start costs about a second.
 """
@@ -48,6 +61,7 @@ FLOWS_DIR = PROJECT_ROOT / "flows"
 FLOW_FILES = sorted(FLOWS_DIR.glob("*.flow"))
 RESULT_KEYS = ("content", "reasoning", "reasoning_content", "tool_calls", "finish_reason", "usage")
 RESPONSES_KEYS = ("text", "reasoning", "items", "calls", "status", "usage")
+MESSAGES_KEYS = ("content", "stop_reason", "usage")
 COMMON_KEYS = {"unchanged", "note"}
 METADATA_KEY = "toolshim"
 PATTERN_PREFIX = "re:"
@@ -175,7 +189,13 @@ def is_responses(flow: Any) -> bool:
     return flow.request.path.split("?")[0].rstrip("/").endswith("/responses")
 
 
+def is_messages(flow: Any) -> bool:
+    return flow.request.path.split("?")[0].rstrip("/").endswith("/v1/messages")
+
+
 def result_keys(flow: Any) -> tuple[str, ...]:
+    if is_messages(flow):
+        return MESSAGES_KEYS
     return RESPONSES_KEYS if is_responses(flow) else RESULT_KEYS
 
 
@@ -219,6 +239,109 @@ def responses_json_result(response: Any) -> dict[str, Any]:
 
 def responses_result_of(response: Any) -> dict[str, Any]:
     return responses_stream_result(response) if is_event_stream(response) else responses_json_result(response)
+
+
+# -- the Anthropic Messages API ----------------------------------------------------------------------
+
+BLOCK_DELTAS = {"text": {"text_delta", "citations_delta"}, "thinking": {"thinking_delta", "signature_delta"}, "tool_use": {"input_json_delta"}}
+
+
+def sse_events(body: bytes) -> list[tuple[str | None, str]]:
+    """(the `event:` name, the data) of each event of an SSE body."""
+    events = []
+    for block in body.decode("utf-8").replace("\r\n", "\n").replace("\r", "\n").split("\n\n"):
+        name, data = None, []
+        for line in block.split("\n"):
+            if line.startswith("event:"):
+                name = line[6:].strip()
+            elif line.startswith("data:"):
+                data.append(line[5:].removeprefix(" "))
+        if data:
+            events.append((name, "\n".join(data)))
+    return events
+
+
+def check_messages_stream(body: bytes) -> dict[str, Any]:
+    """The wire rules of a Messages stream a client relies on, then what the anthropic SDK
+    accumulates from it: message_start first and message_stop last, each event's `event:` line
+    naming its type, blocks opened one at a time with indexes 0, 1, 2, …, every delta of a type
+    its block takes and to the open block, tool_use opened with `input: {}`, every
+    `partial_json` non-empty, their sum a JSON object when the block stops, one message_delta
+    after the last block."""
+    from anthropic.lib.streaming._messages import accumulate_event
+
+    events = sse_events(body)
+    assert events, "no events"
+    snapshot = None
+    open_block: tuple[int, str] | None = None
+    started = 0
+    json_buffer = ""
+    stopped = delta_seen = False
+    for name, data in events:
+        event = json.loads(data)
+        kind = event["type"]
+        assert name == kind, f"event: {name} carries a {kind}"
+        assert not stopped, f"{kind} after message_stop"
+        if snapshot is None:
+            assert kind in ("message_start", "ping") and not started, f"{kind} before message_start"
+        if kind == "content_block_start":
+            assert open_block is None, f"block {event['index']} opened while {open_block} is open"
+            assert event["index"] == started, f"block {event['index']} opened, {started} expected"
+            block_type = event["content_block"]["type"]
+            if block_type == "tool_use":
+                assert event["content_block"]["input"] == {}, event
+                json_buffer = ""
+            open_block, started = (event["index"], block_type), started + 1
+        elif kind == "content_block_delta":
+            assert open_block is not None and event["index"] == open_block[0], f"a delta to {event['index']}, open: {open_block}"
+            assert event["delta"]["type"] in BLOCK_DELTAS.get(open_block[1], {event["delta"]["type"]}), (open_block, event)
+            if event["delta"]["type"] == "input_json_delta":
+                assert event["delta"]["partial_json"], "an empty partial_json"
+                json_buffer += event["delta"]["partial_json"]
+        elif kind == "content_block_stop":
+            assert open_block is not None and event["index"] == open_block[0], f"stop of {event['index']}, open: {open_block}"
+            if open_block[1] == "tool_use":
+                assert isinstance(json.loads(json_buffer or "{}"), dict), json_buffer
+            open_block = None
+        elif kind == "message_delta":
+            assert open_block is None and not delta_seen, "message_delta with a block open, or twice"
+            delta_seen = True
+        elif kind == "message_stop":
+            assert delta_seen, "message_stop without message_delta"
+            stopped = True
+        assert kind != "error", event
+        if kind != "ping":  # the SDK skips pings
+            snapshot = accumulate_event(event=event, current_snapshot=snapshot)  # raises on what the SDK refuses
+    assert snapshot is not None
+    message = snapshot.to_dict()
+    return {"content": message["content"], "stop_reason": message["stop_reason"], "usage": message["usage"], "stopped": stopped}
+
+
+def messages_json_result(response: Any) -> dict[str, Any]:
+    from anthropic.types import Message
+
+    body = json.loads(response.content)
+    Message.model_validate(body)  # what the anthropic SDK builds from it
+    return {"content": body["content"], "stop_reason": body.get("stop_reason"), "usage": body.get("usage")}
+
+
+def messages_result_of(response: Any) -> dict[str, Any]:
+    if is_event_stream(response):
+        return {key: value for key, value in check_messages_stream(response.content).items() if key in MESSAGES_KEYS}
+    return messages_json_result(response)
+
+
+def ends_with_message_stop(response: Any) -> bool:
+    return any(name == "message_stop" for name, _ in sse_events(response.content))
+
+
+def comparable_blocks(blocks: list[dict[str, Any]], expected: list[Any]) -> list[dict[str, Any]]:
+    """Content blocks with a tool_use id replaced by the expected pattern it matches."""
+    out = []
+    for n, block in enumerate(blocks):
+        wanted = expected[n] if n < len(expected) and isinstance(expected[n], dict) else {}
+        out.append({**block, "id": same_or_matching(wanted.get("id"), block["id"])} if "id" in block else block)
+    return out
 
 
 # -- expected ids as patterns ------------------------------------------------------------------------
@@ -298,7 +421,12 @@ def test_flow_is_rewritten_as_expected(path: Path, replay: Replay) -> None:
     if any(key in expected for key in keys):
         missing = [key for key in keys if key not in expected]
         assert not missing, f"{expected_path(path).name} lacks {missing}"
-        if is_responses(original):
+        if is_messages(original):
+            actual = messages_result_of(out.response)
+            if is_event_stream(out.response):  # a stream keeps its message_stop exactly when upstream sent one
+                assert ends_with_message_stop(out.response) == ends_with_message_stop(original.response)
+            actual["content"] = comparable_blocks(actual["content"], expected["content"])
+        elif is_responses(original):
             actual = responses_result_of(out.response)
             actual["calls"] = comparable_calls(actual["calls"], expected["calls"])
         else:
@@ -341,6 +469,15 @@ ANNOTATIONS = {
     "dialect_qwen3_coder_xml": ("toolshim: qwen_xml → 1 call (search_code)", ":wrench:"),
     "plain_stream_without_markup": ("", ""),
     "non_llm_get_models": ("", ""),
+    "messages_kimi_in_thinking_stream": ("toolshim: kimi → 1 call (bash)", ":wrench:"),
+    "messages_qwen_tool_call_in_text": ("toolshim: hermes → 2 calls (get_weather, get_time)", ":wrench:"),
+    "messages_minimax_think_in_text": ("toolshim: no call from markup · repaired: reasoning split from content", ":wrench:"),
+    "messages_undeclared_tool_stays_text": ("toolshim: no call from markup · left as text: unknown tool ×1", ":warning:"),
+    "messages_broken_native_split_tool_use": (
+        "toolshim: no call from markup · repaired: upstream tool_calls stream "
+        "(input_at_start, empty_partial_json, split_tool_use_blocks, stop_reason)", ":wrench:"),
+    "messages_plain_stream_unchanged": ("", ""),
+    "messages_error_response_529": ("", ""),
 }
 
 
