@@ -3,6 +3,7 @@ its figure (markdown, ready for the README), and the machine it ran on.
 
     core         the sans-IO rewrite's events per second against the orjson floor (bench/core.py)
     scaling      time per byte as a call's arguments or a text grow to 1 MB (bench/core.py)
+    (Messages)   the same core and scaling rows for the Anthropic Messages rewriter (bench/messages.py)
     end to end   a real mitmdump with the addon against one that only streams (bench/e2e.py):
                  CPU, added latency, memory per open stream
     requests     request repairs of a long history, the cost of a request needing none, the
@@ -22,6 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import core  # noqa: E402
 import e2e  # noqa: E402
+import messages  # noqa: E402
 import request_repairs  # noqa: E402
 from table import markdown  # noqa: E402
 
@@ -40,7 +42,7 @@ def machine() -> str:
 
 def main() -> int:
     quick = "--quick" in sys.argv[1:]
-    rows = core.run(quick) + e2e.run(quick) + request_repairs.run(quick)
+    rows = core.run(quick) + messages.run(quick) + e2e.run(quick) + request_repairs.run(quick)
     print(markdown(rows))
     print()
     print(f"Machine: {machine()}{' (quick run)' if quick else ''}")

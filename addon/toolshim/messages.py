@@ -38,7 +38,7 @@ from json_repair import repair_json
 
 from .calls import CallScope, RewriteStats, random_id
 from .lexers import ScopeLexers
-from .lexers.base import CallArgs, CallBegin, CallEnd, Lexer, ReasoningEnd, ReasoningText, Segment, Text
+from .lexers.base import CallArgs, CallBegin, CallEnd, Lexer, ReasoningEnd, ReasoningText, Segment, Text, TextPieces
 from .sse import encode_event, parse_block
 from .stream import SseRewriter, markup_may_start
 from .tools import RequestContext
@@ -117,6 +117,9 @@ class MessagesRewriter:
         self._last_native: NativeCall | None = None  # the latest, while its stop is held
         self.calls_made = 0  # ours and upstream's
         self.blocks: list[dict[str, Any]] = []  # what the client accumulates (for the state and tests)
+        # The text, thinking or arguments of each block we send, by index (a dict's string grown
+        # with += is copied whole on every delta: quadratic over a long block).
+        self._grown: dict[int, TextPieces] = {}
 
     # -- events ----------------------------------------------------------------------------------
 
@@ -250,10 +253,10 @@ class MessagesRewriter:
                     "index": call.index,
                     "content_block": {"type": TOOL_USE, "id": seg.id, "name": seg.name, "input": {}},
                 }))
-                self.blocks[-1].update({"id": seg.id, "name": seg.name, "_json": ""})
+                self.blocks[-1].update({"id": seg.id, "name": seg.name})
             elif kind is CallArgs:
                 if seg.text and source.open_call is not None:
-                    self.blocks[source.open_call.index]["_json"] += seg.text
+                    self.grow(source.open_call.index, seg.text)
                     out.append(Outgoing({
                         "type": "content_block_delta",
                         "index": source.open_call.index,
@@ -272,8 +275,7 @@ class MessagesRewriter:
         if current is None or current.kind != kind:
             self._close_current(source, out)
             current = self._open(source, kind, out)
-        block = self.blocks[current.index]
-        block[kind] = block.get(kind, "") + text
+        self.grow(current.index, text)
         if incoming is not None and incoming.event.get("index") == current.index and kind == source.kind:
             if incoming.event["delta"].get(DELTA_OF[kind][1]) == text:
                 out.append(incoming)  # as it came
@@ -364,7 +366,7 @@ class MessagesRewriter:
             self._take_start_input(held, block)
             return
         ours = self._new_block(TOOL_USE)
-        self.blocks[-1].update({"id": block.get("id"), "name": block.get("name"), "_json": ""})
+        self.blocks[-1].update({"id": block.get("id"), "name": block.get("name")})
         call = NativeCall(ours, block.get("id"))
         self._native[event.get("index")] = call
         self.calls_made += 1
@@ -396,7 +398,7 @@ class MessagesRewriter:
             call.held.append(piece)  # the arguments broke: the rest is repaired at the end
             return
         call.deltas += 1
-        self.blocks[call.out.index]["_json"] += piece
+        self.grow(call.out.index, piece)
         out.append(self._renumbered(incoming, call.out.index))
 
     def _release_held_stop(self, out: list[Outgoing]) -> None:
@@ -406,7 +408,7 @@ class MessagesRewriter:
 
     def _end_native(self, call: NativeCall, out: list[Outgoing], stop: Outgoing | None) -> None:
         index = call.out.index
-        sent = self.blocks[index]["_json"]
+        sent = self.grown(index)
         tail = ""
         if call.start_input is not None and not sent:
             tail = orjson.dumps(call.start_input).decode()
@@ -415,7 +417,7 @@ class MessagesRewriter:
             if call.held:
                 self.stats.stream_repairs[INVALID_PIECES] += 1
         if tail:
-            self.blocks[index]["_json"] += tail
+            self.grow(index, tail)
             out.append(Outgoing({"type": "content_block_delta", "index": index, "delta": {"type": "input_json_delta", "partial_json": tail}}))
         if stop is None:
             self.stats.stream_repairs[UNCLOSED_BLOCK] += 1
@@ -448,13 +450,25 @@ class MessagesRewriter:
             self.stats.stream_repairs[STOP_REASON] += 1
         return Outgoing({**incoming.event, "delta": {**delta, "stop_reason": "tool_use", "stop_sequence": None}})
 
+    def grow(self, index: int, text: str) -> None:
+        pieces = self._grown.get(index)
+        if pieces is None:
+            pieces = self._grown[index] = TextPieces()
+        pieces.append(text)
+
+    def grown(self, index: int) -> str:
+        pieces = self._grown.get(index)
+        return pieces.text() if pieces is not None else ""
+
     def content(self) -> list[dict[str, Any]]:
         """The content blocks as a client accumulates them."""
         result = []
-        for block in self.blocks:
+        for index, block in enumerate(self.blocks):
             block = dict(block)
+            if block["type"] in (TEXT, THINKING) and index in self._grown:
+                block[block["type"]] = self.grown(index)
             if block["type"] == TOOL_USE:
-                text = block.pop("_json", "")
+                text = self.grown(index)
                 try:
                     block["input"] = orjson.loads(text) if text else {}
                 except orjson.JSONDecodeError:
@@ -655,8 +669,7 @@ class MessagesStreamRewriter(SseRewriter):
         text = delta.get(name)
         if not isinstance(text, str) or not source.lexer.idle:
             return False
-        block = core.blocks[source.current.index]
-        block[source.kind] = block.get(source.kind, "") + text
+        core.grow(source.current.index, text)
         return True
 
     def _at_end(self) -> list[bytes]:
