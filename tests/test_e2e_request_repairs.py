@@ -317,3 +317,22 @@ def test_ten_megabytes_of_history_with_odd_roles_and_colliding_ids(upstream, pro
     assert [m["tool_call_id"] for m in sent if m["role"] == "tool"] == ids
     assert ids[0] == "functions.bash:0" and ids[50] == "functions.bash:2001"  # 50 is taken by an original id
     assert all(m.get("content") == filler for m in sent if m["role"] == "tool")
+
+
+def test_captured_requests_read_offline_are_never_changed():
+    """`mitmdump -nr`: the flow's request is history; a Kimi request with foreign ids and a
+    developer message stays as it was captured, while a live one is repaired."""
+    from mitmproxy.test import taddons, tflow, tutils
+    from toolshim.addon import ToolShim
+
+    body = json.dumps({"model": "kimi-k2", "messages": [
+        {"role": "assistant", "content": None, "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "bash", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "ok"},
+    ]}).encode()
+    addon = ToolShim()
+    with taddons.context(addon):
+        for live in (False, True):
+            flow = tflow.tflow(req=tutils.treq(method=b"POST", path=b"/v1/chat/completions", content=body), live=live)
+            addon.requestheaders(flow)
+            addon.request(flow)
+            assert (flow.request.content == body) is (not live)
