@@ -10,7 +10,7 @@ from pathlib import Path
 from mitmproxy import io as mio
 from mitmproxy.test import tflow
 
-from harness import PROJECT_ROOT, run_offline
+from harness import PROJECT_ROOT, read_flows, run_offline
 from responses import responses_events, responses_sse
 
 CALL = '<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>'
@@ -51,3 +51,47 @@ def test_show_prints_the_output_items_of_a_responses_flow(tmp_path):
     assert "[0] message: 'Checking.<tool_call>" in before
     assert "[0] message: 'Checking.'" in after
     assert '[1] function_call: get_weather({"city":"Paris"})  call_id=call_' in after
+
+
+def test_show_prints_the_content_blocks_of_a_messages_flow(tmp_path):
+    fixed = tmp_path / "fixed.flow"
+    assert run_offline(PROJECT_ROOT / "flows" / "messages_kimi_in_thinking_stream.flow", fixed).returncode == 0
+    out = show(fixed)
+    assert out.startswith("POST ") and "/anthropic/v1/messages -> 200" in out.splitlines()[0]
+    before, after = out.split("client got:")
+    assert before.split("\n")[2:5] == [
+        "    [0] thinking: 'The user wants the files in src. I should run ls.<|tool_calls_section_begin|><|tool_call_begin|>"
+        "functions.bash:0<|tool_call_argument_begin|>{\"command\": \"ls -la src\"}<|tool_call_end|><|tool_calls_section_end|>'"
+        "  signature=''",  # upstream's block start carries an empty one
+        "    [1] text: \"I'll list the files in src.\"",
+        "    stop_reason: end_turn",
+    ]
+    assert after.split("\n")[1:] == [
+        "    [0] thinking: 'The user wants the files in src. I should run ls.'  signature=''",
+        '    [1] tool_use: bash({"command": "ls -la src"})  id=functions.bash:0',
+        "    [2] text: \"I'll list the files in src.\"",
+        "    stop_reason: tool_use",
+        "",
+    ]
+
+
+def test_show_prints_a_messages_json_body_and_an_error_body(tmp_path):
+    src, fixed = tmp_path / "in.flow", tmp_path / "fixed.flow"
+    with open(src, "wb") as f:
+        writer = mio.FlowWriter(f)
+        for name in ("messages_kimi_non_streaming", "messages_error_response_529"):
+            writer.add(read_flows(PROJECT_ROOT / "flows" / f"{name}.flow")[0])
+    assert run_offline(src, fixed).returncode == 0
+    kimi, error = show(fixed).split("POST ")[1:]
+    before, after = kimi.split("client got:")
+    assert "[0] text: 'I\\'ll check the disk usage. <|tool_calls_section_begin|>" in before and "stop_reason: end_turn" in before
+    assert after.split("\n")[1:4] == [
+        "    [0] text: \"I'll check the disk usage.\"",
+        '    [1] tool_use: bash({"command":"df -h"})  id=functions.bash:0',
+        "    stop_reason: tool_use",
+    ]
+    assert error.split("\n")[1:] == [
+        "  body:",
+        '    error: {"type":"overloaded_error","message":"Overloaded: <|tool_calls_section_begin|> was not expected here."}',
+        "",
+    ]
