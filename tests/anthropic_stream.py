@@ -114,7 +114,10 @@ def check_messages_stream(body: bytes) -> dict[str, Any]:
         data = "\n".join(line[5:].lstrip() for line in lines if line.startswith("data:"))
         if not data:
             continue
-        event = json.loads(data)
+        try:
+            event = json.loads(data)
+        except ValueError:  # unreadable: toolshim passes it as it came; not ours to judge
+            continue
         kind = event.get("type")
         if names != [kind]:
             raise MessagesWireError(f"event line {names} does not name the type {kind!r}")
