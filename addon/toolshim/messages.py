@@ -30,6 +30,7 @@ arguments invalid JSON are held and repaired at the block's end (`JsonPrefix`).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -105,8 +106,14 @@ class NativeCall:
 class MessagesRewriter:
     """The event-level rewrite of one message (sans-IO: dicts in, dicts or raw bytes out)."""
 
-    def __init__(self, context: RequestContext, stats: RewriteStats, *, max_held: int = 1 << 20, sign_thinking: bool = True) -> None:
+    def __init__(
+        self, context: RequestContext, stats: RewriteStats, *, max_held: int = 1 << 20, sign_thinking: bool = True, keep_text: bool = False
+    ) -> None:
         self.stats = stats
+        # Whole bodies keep every block's text (they are rebuilt from it); a stream keeps only
+        # upstream's own call arguments (checked and completed at their block's end): its state
+        # stays bounded however long the answer.
+        self._keep_text = keep_text
         context.call_id_prefix = "toolu_"
         self._dialects = ScopeLexers(CallScope(context, stats), max_held=max_held)
         self._sign_thinking = sign_thinking
@@ -256,7 +263,8 @@ class MessagesRewriter:
                 self.blocks[-1].update({"id": seg.id, "name": seg.name})
             elif kind is CallArgs:
                 if seg.text and source.open_call is not None:
-                    self.grow(source.open_call.index, seg.text)
+                    if self._keep_text:
+                        self.grow(source.open_call.index, seg.text)
                     out.append(Outgoing({
                         "type": "content_block_delta",
                         "index": source.open_call.index,
@@ -275,7 +283,8 @@ class MessagesRewriter:
         if current is None or current.kind != kind:
             self._close_current(source, out)
             current = self._open(source, kind, out)
-        self.grow(current.index, text)
+        if self._keep_text:
+            self.grow(current.index, text)
         if incoming is not None and incoming.event.get("index") == current.index and kind == source.kind:
             if incoming.event["delta"].get(DELTA_OF[kind][1]) == text:
                 out.append(incoming)  # as it came
@@ -638,8 +647,25 @@ class MessagesStreamRewriter(SseRewriter):
     def __init__(self, context: RequestContext, *, max_held: int = 1 << 20, sign_thinking: bool = True) -> None:
         super().__init__()
         self.core = MessagesRewriter(context, self.stats, max_held=max_held, sign_thinking=sign_thinking)
+        self._passes_whole_reads = True  # reads of quiet deltas only pass unframed (`_nothing_to_read`)
+
+    def _nothing_to_read(self, data: bytes) -> bool:
+        """Whole events of one read, all text or thinking deltas of quiet blocks and no byte that
+        may begin a marker: they go as they came, unframed and unparsed."""
+        if markup_may_start(data):
+            return False
+        at, end = 0, len(data)
+        while at < end:
+            quiet = _QUIET_DELTA.match(data, at)
+            if quiet is None or not self._quiet(int(quiet[1]), quiet[2]):
+                return False
+            at = quiet.end()
+        return True
 
     def _on_block(self, raw: bytes) -> list[bytes]:
+        quiet = _QUIET_DELTA.fullmatch(raw)
+        if quiet is not None and not markup_may_start(raw) and self._quiet(int(quiet[1]), quiet[2]):
+            return [raw]  # the common case, read from the bytes alone: plain text, as it came
         block = parse_block(raw)
         if block.data is None or block.malformed:
             return [raw]
@@ -652,6 +678,15 @@ class MessagesStreamRewriter(SseRewriter):
         if not markup_may_start(raw) and self._passes(event):
             return [raw]
         return [_encode(o) for o in self.core.on_event(event, raw)]
+
+    def _quiet(self, index: int, kind: bytes) -> bool:
+        """May a text or thinking delta of upstream block `index` pass as it came, unread? Its
+        block is open under its own number, in its own kind, and its lexer holds nothing."""
+        source = self.core._sources.get(index)
+        if source is None or source.current is None or source.open_call is not None or source.as_content:
+            return False
+        current = source.current
+        return current.index == index and current.kind == source.kind == kind.decode() and source.lexer.idle
 
     def _passes(self, event: dict[str, Any]) -> bool:
         """The common case, cheaply: a text delta without markup into a block whose lexer holds
@@ -666,14 +701,15 @@ class MessagesStreamRewriter(SseRewriter):
         name = DELTA_OF[source.kind][1]
         if not isinstance(delta, dict) or delta.get("type") != DELTA_OF[source.kind][0] or source.current.kind != source.kind or source.as_content:
             return False
-        text = delta.get(name)
-        if not isinstance(text, str) or not source.lexer.idle:
-            return False
-        core.grow(source.current.index, text)
-        return True
+        return isinstance(delta.get(name), str) and source.lexer.idle
 
     def _at_end(self) -> list[bytes]:
         return [_encode(o) for o in self.core.finish()]
+
+
+# A text or thinking delta as Anthropic and the servers that copy it write one: the event line,
+# then the data's first keys in this order. Anything else takes the parsed path.
+_QUIET_DELTA = re.compile(rb'event: content_block_delta\ndata: \{"type":\s?"content_block_delta",\s?"index":\s?(\d+),\s?"delta":\s?\{"type":\s?"(text|thinking)_delta",\s?"(?:text|thinking)":\s?"(?:[^"\\]|\\.)*"\}\}\n\n')
 
 
 def _encode(outgoing: Outgoing) -> bytes:
@@ -715,7 +751,7 @@ def rewrite_messages_body(body: dict[str, Any], context: RequestContext, *, max_
     if body.get("type") != "message" or not isinstance(body.get("content"), list):
         return None
     stats = stats if stats is not None else RewriteStats()
-    core = MessagesRewriter(context, stats, max_held=max_held, sign_thinking=sign_thinking)
+    core = MessagesRewriter(context, stats, max_held=max_held, sign_thinking=sign_thinking, keep_text=True)
     stop_reason = original_stop = body.get("stop_reason")
     for event in body_events(body):
         for outgoing in core.on_event(event):
