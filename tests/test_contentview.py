@@ -76,6 +76,20 @@ def test_auto_picks_the_view_for_a_responses_stream_and_shows_the_kept_original(
     assert "upstream sent (original)" in text and "status: completed" in text
 
 
+def test_auto_picks_the_view_for_a_messages_stream_and_shows_the_kept_original(registered: None) -> None:
+    flow = read_flows(FLOWS / "messages_kimi_in_thinking_stream.flow")[0]
+    description, lines = auto_view(flow.response, flow)
+    assert description == "LLM stream: Anthropic Messages API"
+    assert lines == llm_view.render(flow.response.content, "messages")
+    assert ("highlight", "<|tool_calls_section_begin|>") in [segment for line in lines for segment in line]
+    assert "  [0] thinking signature: ''" in llm_view.plain_text(lines).split("\n")
+    flow.metadata[METADATA_KEY] = {"upstream": flow.response.content, "calls": 1}
+    flow.comment = "toolshim: kimi → 1 call (bash)"
+    description, lines = auto_view(flow.response, flow)
+    assert description == "LLM stream: Anthropic Messages API, rewritten by toolshim"
+    assert llm_view.plain_text(lines).startswith("toolshim: kimi → 1 call (bash)\nclient got (rewritten by toolshim)\n  events\n")
+
+
 @pytest.mark.parametrize(
     "flow, message",
     [
@@ -132,7 +146,8 @@ def test_every_style_is_known_to_the_console_and_the_marking_ones_to_mitmweb() -
             "not json",
         ]
     )
-    bodies = [(chat, "chat"), (b"[1]", "chat"), (sse_body([{"type": "response.completed", "response": {}}]), "responses")]
+    messages = read_flows(FLOWS / "messages_broken_native_split_tool_use.flow")[0].response.content
+    bodies = [(chat, "chat"), (b"[1]", "chat"), (sse_body([{"type": "response.completed", "response": {}}]), "responses"), (messages, "messages")]
     used = {style for body, api in bodies for line in llm_view.render(body, api, upstream=body, comment="c") for style, _ in line}
     assert {"header", "offset", "Token_Name_Tag", "key", "Token_Literal_String", "highlight", "Token_Literal_Number", "Token_Keyword_Constant", "warn", "error", "text"} == used
     assert used <= set(Palette._fields)
@@ -185,6 +200,8 @@ def test_the_mitmproxy_12_view_is_chosen_only_for_the_event_stream_of_an_llm_res
     assert view.render_priority(KIMI_SSE, StandInMetadata(flow, "application/json", flow.response)) == 0
     assert view.render_priority(KIMI_SSE, StandInMetadata(flow, "text/event-stream", flow.request)) == 0
     assert view.render_priority(KIMI_SSE, StandInMetadata(None, "text/event-stream", None)) == 0
+    messages = llm_flow(path="/anthropic/v1/messages")
+    assert view.render_priority(KIMI_SSE, StandInMetadata(messages, "text/event-stream", messages.response)) == contentview.SSE_PRIORITY
     other = llm_flow(path="/v1/embeddings")
     assert view.render_priority(KIMI_SSE, StandInMetadata(other, "text/event-stream", other.response)) == 0
 

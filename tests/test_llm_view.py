@@ -2,8 +2,8 @@
 
 Golden files: `tests/golden/view/<fixture>.txt` is the plain text of the view of a bundled fixture
 after toolshim rewrote it offline (one `mitmdump -nr … -w … -s addon/toolshim.py` run for all),
-with minted ids (`call_…`, `fc_…`, `msg_…`, `rs_…` + 24 random characters) replaced by numbered
-placeholders. The flow's comment (the addon's summary line, tested with the addon) is left out,
+with minted ids (`call_…`, `fc_…`, `msg_…`, `rs_…`, `toolu_…` + 24 random characters) replaced by
+numbered placeholders (an upstream's id of that shape, such as an Anthropic `msg_…`, too). The flow's comment (the addon's summary line, tested with the addon) is left out,
 so that the files hold only what this view decides. Each was read by hand against the fixture's
 `.expected.json` and its recorded upstream body. After an intended change of the view (or of what toolshim sends), rewrite them
 with
@@ -26,7 +26,7 @@ from mitmproxy import io as mio
 
 from harness import PROJECT_ROOT, read_flows, run_offline, sse_body
 from toolshim import llm_view
-from toolshim.apis import CHAT, METADATA_KEY, RESPONSES, api_of
+from toolshim.apis import CHAT, MESSAGES, METADATA_KEY, RESPONSES, api_of
 from toolshim.llm_view import MARKUP, MODEL_TEXT, NUMBER, render
 
 GOLDEN_DIR = Path(__file__).parent / "golden" / "view"
@@ -41,9 +41,12 @@ GOLDEN_FIXTURES = (
     "plain_stream_without_markup",
     "kimi_non_streaming",
     "broken_native_snapshot_and_double_encoded",
+    "messages_kimi_in_thinking_stream",
+    "messages_broken_native_split_tool_use",
+    "messages_kimi_non_streaming",
 )
 REGENERATE = os.environ.get("TOOLSHIM_REGENERATE_GOLDEN") == "1"
-MINTED_ID = re.compile(r"\b(call|fc|msg|rs)_[A-Za-z0-9]{24}\b")
+MINTED_ID = re.compile(r"\b(call|fc|msg|rs|toolu)_[A-Za-z0-9]{24}\b")
 
 
 @pytest.fixture(scope="module")
@@ -103,12 +106,15 @@ def test_the_view_shows_the_calls_of_the_expected_file(rewritten: dict[str, Any]
         expected = json.loads((PROJECT_ROOT / "flows" / f"{name}.expected.json").read_text())
         text = view_text(rewritten[name])
         client, _, original = text.partition("upstream sent (original)")
-        for call in expected.get("tool_calls", expected.get("calls", [])):
+        calls = list(expected.get("tool_calls", expected.get("calls", [])))
+        blocks = expected["content"] if isinstance(expected.get("content"), list) else []  # Messages: content blocks
+        calls += [{"name": block["name"], "arguments": json.dumps(block["input"])} for block in blocks if block["type"] == "tool_use"]
+        for call in calls:
             pretty = json.dumps(json.loads(call["arguments"]), indent=2, ensure_ascii=False).split("\n")
             assert f": {call['name']}  " in client, (name, call["name"])
             assert all(row.strip() in client for row in pretty), (name, call["arguments"])
-        if expected.get("tool_calls") or expected.get("calls"):
-            assert llm_view.LEAKED_MARKUP.search(original) or name.startswith("broken_native"), name
+        if calls:
+            assert llm_view.LEAKED_MARKUP.search(original) or "broken_native" in name, name
 
 
 # -- the renderer on hand-made bodies ----------------------------------------------------------------
@@ -282,9 +288,13 @@ def test_odd_events_are_shown_as_such(body: bytes, shown: list[str]) -> None:
         b'data: {"choices": [{"delta": {"tool_calls": [{"index": true}, "x", {"function": {"arguments": {"a": 1}}}]}}]}\n\n',
         b'data: {"type": 5, "output_index": "x", "item": [], "response": {"output": 3}}\n\n',
         b"\r\r\n\n:\ndata\nevent:\nid: 1\nretry: x\n",
+        b'data: {"type": "content_block_start", "index": 0, "content_block": []}\n\ndata: {"type": "content_block_delta", "index": true, "delta": 3}\n\n',
+        b'data: {"type": "content_block_delta", "index": 7, "delta": {"type": "input_json_delta", "partial_json": 5}}\n\n',
+        b'data: {"type": "message_delta", "delta": [], "usage": 4}\n\ndata: {"type": "message_start", "message": {"usage": []}}\n\n',
+        b'{"type": "message", "content": [3, {"type": "tool_use"}, {"type": "thinking", "thinking": 5}], "usage": "x"}',
     ],
 )
-@pytest.mark.parametrize("api", [CHAT, RESPONSES, None])
+@pytest.mark.parametrize("api", [CHAT, RESPONSES, MESSAGES, None])
 def test_bad_input_never_raises(body: bytes, api: str | None) -> None:
     lines = render(body, api, upstream=body, comment="c")
     assert lines[0] == [(llm_view.TITLE, "c")]
@@ -444,3 +454,147 @@ def test_a_stream_cut_before_its_end_says_so() -> None:
     text = llm_view.plain_text(render(body, CHAT))
     assert "not JSON: '{\"choices\"" in text
     assert text.endswith("result\n  content: 'Hello'\n  finish_reason: (none)")
+
+
+# -- the Anthropic Messages API ----------------------------------------------------------------------
+
+
+def anthropic_sse(events: list[dict[str, Any]]) -> bytes:
+    return b"".join(f"event: {event['type']}\ndata: {json.dumps(event)}\n\n".encode() for event in events)
+
+
+def block_start(index: int, block: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "content_block_start", "index": index, "content_block": block}
+
+
+def block_delta(index: int, **delta: Any) -> dict[str, Any]:
+    return {"type": "content_block_delta", "index": index, "delta": delta}
+
+
+def test_a_messages_stream_shows_each_event_and_the_blocks_a_client_builds() -> None:
+    body = anthropic_sse(
+        [
+            {"type": "message_start", "message": {"id": "msg_1", "model": "m", "usage": {"input_tokens": 9, "output_tokens": 1}}},
+            {"type": "ping"},
+            block_start(0, {"type": "thinking", "thinking": "", "signature": ""}),
+            block_delta(0, type="thinking_delta", thinking="Run <"),
+            block_delta(0, type="thinking_delta", thinking="|tool_call_begin|> it."),
+            block_delta(0, type="signature_delta", signature="c2ln"),
+            {"type": "content_block_stop", "index": 0},
+            block_start(1, {"type": "tool_use", "id": "toolu_1", "name": "bash", "input": {}}),
+            block_delta(1, type="input_json_delta", partial_json='{"command": '),
+            block_delta(1, type="input_json_delta", partial_json='"ls", "n": [1, true]}'),
+            {"type": "content_block_stop", "index": 1},
+            block_start(2, {"type": "tool_use", "id": "toolu_2", "name": "noop", "input": {"only": "at start"}}),
+            {"type": "content_block_stop", "index": 2},
+            block_start(3, {"type": "redacted_thinking", "data": "xyz"}),
+            {"type": "content_block_stop", "index": 3},
+            block_start(4, {"type": "text", "text": ""}),
+            block_delta(4, type="text_delta", text="Done."),
+            block_delta(4, type="citations_delta", citation={"cited_text": "a"}),
+            {"type": "content_block_stop", "index": 4},
+            {"type": "message_delta", "delta": {"stop_reason": "tool_use", "stop_sequence": None}, "usage": {"output_tokens": 30}},
+            {"type": "message_stop"},
+        ]
+    )
+    lines = render(body, MESSAGES)
+    text = llm_view.plain_text(lines)
+    events, result = text.split("\nresult\n")
+    rows = [row.split(maxsplit=1)[1] for row in events.split("\n")[1:]]
+    assert rows == [
+        'message_start        id=msg_1  model=m  usage={"input_tokens":9,"output_tokens":1}',
+        "ping",
+        "content_block_start  [0] thinking",
+        "content_block_delta  [0] thinking  'Run <'",
+        "content_block_delta  [0] thinking  '|tool_call_begin|> it.'",
+        "content_block_delta  [0] thinking  signature 'c2ln'",
+        "content_block_stop   [0] thinking",
+        "content_block_start  [1] tool_use bash  id=toolu_1",
+        "content_block_delta  [1] tool_use bash  '{\"command\": '",
+        "content_block_delta  [1] tool_use bash  '\"ls\", \"n\": [1, true]}'",
+        "content_block_stop   [1] tool_use bash",
+        'content_block_start  [2] tool_use noop  id=toolu_2  input={"only":"at start"}',
+        "content_block_stop   [2] tool_use noop",
+        "content_block_start  [3] redacted_thinking",
+        "content_block_stop   [3] redacted_thinking",
+        "content_block_start  [4] text",
+        "content_block_delta  [4] text  'Done.'",
+        'content_block_delta  [4] text  citations_delta {"citation":{"cited_text":"a"}}',
+        "content_block_stop   [4] text",
+        'message_delta        stop_reason=tool_use  usage={"output_tokens":30}',
+        "message_stop",
+    ]
+    assert result.split("\n") == [
+        "  [0] thinking: 'Run <|tool_call_begin|> it.'",
+        "  [0] thinking signature: 'c2ln'",
+        "  [1] tool_use: bash  id=toolu_1",
+        "    {",
+        '      "command": "ls",',
+        '      "n": [',
+        "        1,",
+        "        true",
+        "      ]",
+        "    }",
+        "  [2] tool_use: noop  id=toolu_2",
+        "    {",
+        '      "only": "at start"',
+        "    }",
+        '  [3] redacted_thinking {"data":"xyz"}',
+        "  [4] text: 'Done.'",
+        "  stop_reason: tool_use",
+        '  usage: {"input_tokens":9,"output_tokens":30}',  # message_start's, updated by message_delta's
+    ]
+    # The marker streamed in two pieces of the thinking is highlighted in both events and the result.
+    assert marked_texts(lines) == ["<", "|tool_call_begin|>", "<|tool_call_begin|>"]
+
+
+def test_a_thinking_block_without_a_signature_says_so() -> None:
+    body = anthropic_sse([block_start(0, {"type": "thinking", "thinking": "Hmm."}), {"type": "content_block_stop", "index": 0}])
+    assert "  [0] thinking signature: (none)" in llm_view.plain_text(render(body, MESSAGES)).split("\n")
+
+
+def test_a_messages_json_body_and_an_error_body() -> None:
+    message = {
+        "id": "msg_1", "type": "message", "role": "assistant", "model": "m",
+        "content": [
+            {"type": "thinking", "thinking": "Plan.", "signature": ""},
+            {"type": "text", "text": "Hi <tool_call>"},
+            {"type": "tool_use", "id": "toolu_1", "name": "f", "input": {"a": 1}},
+        ],
+        "stop_reason": "tool_use", "stop_sequence": None, "usage": {"input_tokens": 1, "output_tokens": 2},
+    }  # fmt: skip
+    lines = render(json.dumps(message).encode(), MESSAGES)
+    assert llm_view.plain_text(lines).split("\n") == [
+        "result (JSON body, not streamed)",
+        "  [0] thinking: 'Plan.'",
+        "  [0] thinking signature: ''",
+        "  [1] text: 'Hi <tool_call>'",
+        "  [2] tool_use: f  id=toolu_1",
+        "    {",
+        '      "a": 1',
+        "    }",
+        "  stop_reason: tool_use",
+        '  usage: {"input_tokens":1,"output_tokens":2}',
+    ]
+    assert marked_texts(lines) == ["<tool_call>"]
+    error = b'{"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}'
+    assert llm_view.plain_text(render(error, MESSAGES)).split("\n") == [
+        "result (JSON body, not streamed)",
+        '  error: {"type":"overloaded_error","message":"Overloaded"}',
+    ]
+    streamed_error = anthropic_sse([{"type": "error", "error": {"type": "api_error", "message": "boom"}}])
+    assert '  error: {"type":"api_error","message":"boom"}' in llm_view.plain_text(render(streamed_error, MESSAGES)).split("\n")
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        anthropic_sse([{"type": "message_start", "message": {"id": "msg_1", "content": []}}]),
+        b'{"id": "msg_1", "type": "message", "content": []}',
+        b'{"type":"message","content":[]}',
+    ],
+)
+def test_a_messages_body_of_an_unknown_api_is_read_by_its_look(body: bytes) -> None:
+    text = llm_view.plain_text(render(body, None))
+    assert text.startswith("not the response of an LLM call toolshim reads: shown as an Anthropic Messages body")
+    assert "(no content blocks)" in text

@@ -3,9 +3,9 @@
 `llm_view` renders; this module finds what to render in the flow (the API from the request
 line, the original upstream body toolshim keeps in `flow.metadata`, the flow's comment) and
 says when the view should be picked: for the `text/event-stream` response of a Chat
-Completions or Responses call (priority 2, above every built-in view). Anything else gets 0, so
-mitmproxy's own views win: JSON answers of the same calls too, though the view reads them when
-a user picks it.
+Completions, Responses or Anthropic Messages call (priority 2, above every built-in view).
+Anything else gets 0, so mitmproxy's own views win: JSON answers of the same calls too, though
+the view reads them when a user picks it.
 
 mitmproxy 12 replaced the content view API (`Contentview.prettify` returns text; `add`
 replaces a view of the same name and `remove` does nothing); mitmproxy 11 has `View`, whose
@@ -21,14 +21,15 @@ from typing import Any
 from mitmproxy import contentviews, http
 
 from . import llm_view
-from .apis import CHAT, METADATA_KEY, RESPONSES, api_of
+from .apis import CHAT, MESSAGES, METADATA_KEY, RESPONSES, api_of
 
 VIEW_NAME = "LLM stream"
 SSE_PRIORITY = 2.0  # above mitmproxy's built-in views, which return at most 1
 
 
 def responded_api(flow: Any, http_message: Any) -> str | None:
-    """The API of a Chat Completions or Responses flow, when `http_message` is its response."""
+    """The API of a Chat Completions, Responses or Messages flow, when `http_message` is its
+    response."""
     if not isinstance(flow, http.HTTPFlow) or http_message is None or http_message is not flow.response:
         return None
     return api_of(flow)
@@ -54,7 +55,7 @@ def view_lines(data: bytes, flow: Any, http_message: Any) -> list[llm_view.Line]
 def description(flow: Any, http_message: Any) -> str:
     """What mitmweb and the console show above the lines."""
     api = responded_api(flow, http_message)
-    what = {CHAT: "Chat Completions", RESPONSES: "Responses API"}.get(api, "not an LLM response")
+    what = {CHAT: "Chat Completions", RESPONSES: "Responses API", MESSAGES: "Anthropic Messages API"}.get(api, "not an LLM response")
     info = flow.metadata.get(METADATA_KEY) if api is not None else None
     rewritten = ", rewritten by toolshim" if isinstance(info, dict) and "upstream" in info else ""
     return f"{VIEW_NAME}: {what}{rewritten}"

@@ -1,4 +1,5 @@
-"""The "LLM stream" content view, sans-IO: a Chat Completions or Responses body as lines.
+"""The "LLM stream" content view, sans-IO: a Chat Completions, Responses or Anthropic Messages
+body as lines.
 
 `render` turns a response body (and, when toolshim rewrote the flow, the original upstream body
 it kept) into lines of `(style, text)` segments, the form mitmproxy 11 content views yield;
@@ -37,8 +38,8 @@ What is shown, top to bottom:
       result
         …
 
-Events: one line per SSE event, numbered: the event's type (`chunk`, `[DONE]`, a Responses
-event's `type`, `comment`, or `data` for data that is no JSON object), then what it carries:
+Events: one line per SSE event, numbered: the event's type (`chunk`, `[DONE]`, a Responses or
+Messages event's `type`, `comment`, or `data` for data that is no JSON object), then what it carries:
 `label 'text'` for model text and arguments (escaped, so that one event stays one line, and cut
 after `MAX_EVENT_TEXT` characters), `key=value` for the rest. Fields carrying the same text
 (mirrored `reasoning` and `reasoning_content`) are shown once, their names joined by `/`. Only
@@ -50,6 +51,11 @@ finish_reason, and the usage. For the Responses API: the output items as the ite
 deltas build them (an item's `output_item.done` fills what no delta sent; the terminal event's
 `response.output` is read only when no item event came), the status and the usage. Chat calls
 are gathered by `index`; an entry without one joins the call with its id, else the last call.
+For the Messages API: each event names its block (`[1] tool_use bash`) and what its delta
+carries (text, thinking, a signature, a `partial_json` piece); the result is the content blocks
+as a client accumulates them (text; thinking and its signature; tool_use with its name, id and
+input pretty-printed, the input being the pieces joined, or the start's `input` when no piece
+came), the stop_reason and the usage (message_start's, updated by message_delta's).
 
 Leaked markup is looked for in the whole text of each channel (a Chat field of one choice, a
 call's arguments, a Responses item's text), so a marker the model streamed in pieces (`<`,
@@ -67,7 +73,7 @@ from typing import Any, Protocol
 
 import orjson
 
-from .apis import CHAT, RESPONSES
+from .apis import CHAT, MESSAGES, RESPONSES
 
 Segment = tuple[str, str]
 Line = list[Segment]
@@ -140,14 +146,14 @@ def render(
     max_events: int = MAX_EVENT_LINES,
     request_repairs: Any = None,
 ) -> list[Line]:
-    """The view of a response body of `api` (CHAT or RESPONSES); with `upstream`, the original
+    """The view of a response body of `api` (CHAT, RESPONSES or MESSAGES); with `upstream`, the original
     body follows in a section of its own; with `request_repairs` (flow.metadata's "request"),
     what was changed in the request comes first. Never raises."""
     lines: list[Line] = [[(TITLE, row)] for row in (comment or "").splitlines()]  # a comment may have several lines
     lines += _request_lines(request_repairs)
-    if api not in (CHAT, RESPONSES):
-        api = RESPONSES if b'"response.' in body or b'"object":"response"' in body else CHAT
-        what = "a Responses API" if api == RESPONSES else "a Chat Completions"
+    if api not in (CHAT, RESPONSES, MESSAGES):
+        api = _api_by_look(body)
+        what = {RESPONSES: "a Responses API", MESSAGES: "an Anthropic Messages"}.get(api, "a Chat Completions")
         lines.append([(NOTE, f"not the response of an LLM call toolshim reads: shown as {what} body")])
     if upstream is None:
         lines += _body_lines(body, api, max_events, indent="")
@@ -161,6 +167,15 @@ def render(
         ]
     # Names, ids and event types come from the body too: none may break a line.
     return [[(style, _CONTROL.sub(_escaped_char, text)) for style, text in line] for line in lines]
+
+
+def _api_by_look(body: bytes) -> str:
+    """The API a body of no known request looks like."""
+    if b'"response.' in body or b'"object":"response"' in body:
+        return RESPONSES
+    if b'"message_start"' in body or re.match(rb'\s*\{\s*"(?:id|type)":\s*"(?:msg_|message")', body):
+        return MESSAGES
+    return CHAT
 
 
 def _request_lines(info: Any) -> list[Line]:
@@ -191,7 +206,7 @@ def plain_text(lines: Iterable[Line]) -> str:
 
 def _body_lines(body: bytes, api: str, max_events: int, indent: str) -> list[Line]:
     """The events and the result of one body, or its result only when it is JSON."""
-    reading: Reading = ResponsesReading() if api == RESPONSES else ChatReading()
+    reading: Reading = ResponsesReading() if api == RESPONSES else MessagesReading() if api == MESSAGES else ChatReading()
     inner = indent + "  "
     out: list[Line] = []
     try:
@@ -269,7 +284,8 @@ Piece = Segment | Quoted  # of an event line whose markup is not yet resolved
 
 
 class Reading(Protocol):
-    """What the events or the JSON body of one API are read into: ChatReading, ResponsesReading."""
+    """What the events or the JSON body of one API are read into: ChatReading, ResponsesReading,
+    MessagesReading."""
 
     channels: Channels
 
@@ -829,3 +845,168 @@ class ResponsesReading:
         if self.usage is not None:
             lines.append([(FIELD, "usage:"), (PLAIN, " " + _compact(self.usage))])
         return lines + _error_lines(self.errors)
+
+
+# -- Anthropic Messages API --------------------------------------------------------------------------
+
+_BLOCK_TEXT = {"text_delta": "text", "thinking_delta": "thinking"}  # delta type -> the field it adds to
+
+
+@dataclass(slots=True)
+class ContentBlock:
+    kind: str  # its type: text, thinking, tool_use, redacted_thinking, server_tool_use, …
+    id: str = ""
+    name: str = ""
+    signature: str | None = None  # a thinking block's; None: none was given
+    start_input: Any = None  # a tool_use start's `input`, the input when no piece follows
+    pieces: bool = False  # a tool_use got input_json_delta pieces
+    other: dict[str, Any] = field(default_factory=dict)  # a block this view does not read: as it came
+
+
+class MessagesReading:
+    """What an Anthropic Messages stream or body says, gathered for its result."""
+
+    def __init__(self) -> None:
+        self.channels = Channels()
+        self.blocks: dict[int, ContentBlock] = {}
+        self.stop_reason: Any = None
+        self.stop_sequence: Any = None
+        self.usage: Any = None
+        self.errors: list[Any] = []
+        self.error_body = False  # a JSON answer that is an error, not a message
+
+    def read_event(self, event: dict[str, Any], sse_event: str | None) -> tuple[str, list[Piece]]:
+        kind = event.get("type") if isinstance(event.get("type"), str) else sse_event or "data"
+        parts: list[list[Piece]] = []
+        index = event.get("index")
+        if isinstance(index, int) and not isinstance(index, bool):
+            block = event.get("content_block")
+            if kind == "content_block_start" and isinstance(block, dict):
+                parts += self._start(index, block)
+            else:
+                parts.append(self._where(index))
+                delta = event.get("delta")
+                if isinstance(delta, dict):
+                    parts.append(self._delta(index, delta))
+        message = event.get("message")
+        if kind == "message_start" and isinstance(message, dict):
+            for key in ("id", "model"):
+                if isinstance(message.get(key), str):
+                    parts.append(_scalar(key, message[key]))
+            if isinstance(message.get("usage"), dict):
+                self.usage = dict(message["usage"])
+                parts.append(_scalar("usage", message["usage"]))
+        if kind == "message_delta":
+            delta = event.get("delta") if isinstance(event.get("delta"), dict) else {}
+            if "stop_reason" in delta:
+                self.stop_reason = delta["stop_reason"]
+                parts.append(_scalar("stop_reason", self.stop_reason))
+            if delta.get("stop_sequence") is not None:
+                self.stop_sequence = delta["stop_sequence"]
+                parts.append(_scalar("stop_sequence", self.stop_sequence))
+            if isinstance(event.get("usage"), dict):
+                usage = {key: value for key, value in event["usage"].items() if value is not None}
+                self.usage = {**(self.usage if isinstance(self.usage, dict) else {}), **usage}  # totals: they replace
+                parts.append(_scalar("usage", event["usage"]))
+        if kind == "error":
+            self.errors.append(event.get("error"))
+            parts.append(_scalar("error", event.get("error")))
+        return kind, _joined(parts)
+
+    def _where(self, index: int) -> list[Piece]:
+        """`[N] type name` of the block an event is about."""
+        block = self.blocks.get(index)
+        if block is None:
+            return [(FIELD, f"[{index}]")]
+        return [(FIELD, f"[{index}] {block.kind}"), *([(PLAIN, " " + block.name)] if block.name else [])]
+
+    def _start(self, index: int, start: dict[str, Any]) -> list[list[Piece]]:
+        kind = str(start.get("type") or "?")
+        block = ContentBlock(kind, id=str(start.get("id") or ""), name=str(start.get("name") or ""))
+        self.blocks[index] = block
+        parts = [self._where(index)]
+        if kind == "tool_use" or "id" in start:
+            parts.append(_scalar("id", block.id))
+        for field_name in ("text", "thinking"):
+            if isinstance(start.get(field_name), str) and kind == field_name:
+                if start[field_name]:  # text given at the start (a non-streamed body's, say)
+                    parts.append([self.channels.append((index, field_name), start[field_name])])
+        if kind == "thinking" and isinstance(start.get("signature"), str):
+            block.signature = start["signature"]
+            if start["signature"]:
+                parts.append([(FIELD, "signature"), (PLAIN, " "), Quoted(start["signature"])])
+        if kind == "tool_use":
+            block.start_input = start.get("input")
+            if block.start_input not in (None, {}):
+                parts.append(_scalar("input", block.start_input))
+        elif kind not in ("text", "thinking"):
+            block.other = {key: value for key, value in start.items() if key != "type"}
+        return parts
+
+    def _delta(self, index: int, delta: dict[str, Any]) -> list[Piece]:
+        kind = delta.get("type")
+        block = self.blocks.get(index)
+        if kind in _BLOCK_TEXT and isinstance(delta.get(_BLOCK_TEXT[kind]), str):
+            return [self.channels.append((index, _BLOCK_TEXT[kind]), delta[_BLOCK_TEXT[kind]])]
+        if kind == "signature_delta":
+            signature = delta.get("signature")
+            if block is not None and isinstance(signature, str):
+                block.signature = signature  # replaces, as the anthropic SDK does
+            return [(FIELD, "signature"), (PLAIN, " "), Quoted(str(signature))]
+        if kind == "input_json_delta" and isinstance(delta.get("partial_json"), str):
+            if block is not None:
+                block.pieces = True
+            return [self.channels.append((index, "input"), delta["partial_json"])]
+        return [(FIELD, str(kind)), (PLAIN, " " + _compact({key: value for key, value in delta.items() if key != "type"}))]
+
+    def read_document(self, body: dict[str, Any]) -> None:
+        if body.get("type") == "error":
+            self.errors.append(body.get("error"))
+            self.error_body = True
+            return
+        content = body.get("content")
+        for index, item in enumerate(content if isinstance(content, list) else []):
+            if not isinstance(item, dict):
+                continue
+            self._start(index, {**item, "input": None} if item.get("type") == "tool_use" else item)
+            if item.get("type") == "tool_use" and "input" in item:
+                given = item["input"]
+                self.channels.append((index, "input"), given if isinstance(given, str) else _compact(given))
+        self.stop_reason, self.stop_sequence = body.get("stop_reason"), body.get("stop_sequence")
+        self.usage = body.get("usage")
+
+    def result(self) -> list[Line]:
+        lines: list[Line] = []
+        for index in sorted(self.blocks):
+            block = self.blocks[index]
+            label = f"[{index}] {block.kind}"
+            if block.kind == "tool_use":
+                if (index, "input") in self.channels:
+                    arguments = self.channels.text((index, "input"))
+                else:
+                    arguments = "" if block.start_input is None else _compact(block.start_input)
+                lines += _call_lines(label, block.name, f"id={block.id}", arguments)
+            elif block.kind in ("text", "thinking"):
+                lines += _text_lines(label, self.channels.text((index, block.kind)))
+                if block.kind == "thinking":
+                    lines.append([(FIELD, f"{label} signature:"), (PLAIN, " "), *_signature(block.signature)])
+            else:
+                lines.append([(FIELD, label), *([(PLAIN, " " + _compact(block.other))] if block.other else [])])
+        if self.error_body:
+            return _error_lines(self.errors)
+        if not self.blocks:
+            lines.append([(NOTE, "(no content blocks)")])
+        lines.append([(FIELD, "stop_reason:"), (PLAIN, " " + _shown(self.stop_reason))])
+        if self.stop_sequence is not None:
+            lines.append([(FIELD, "stop_sequence:"), (PLAIN, " " + _shown(self.stop_sequence))])
+        if self.usage is not None:
+            lines.append([(FIELD, "usage:"), (PLAIN, " " + _compact(self.usage))])
+        return lines + _error_lines(self.errors)
+
+
+def _signature(signature: str | None) -> Line:
+    """A thinking block's signature, quoted, or `(none)` when it has none at all."""
+    if signature is None:
+        return [(NOTE, "(none)")]
+    quote = _quote_for(signature)
+    return [(MODEL_TEXT, quote + _escape(signature, quote) + quote)]
