@@ -82,6 +82,8 @@ sys.path.insert(0, str(BENCH))
 if str(ROOT) not in sys.path:
     sys.path.append(str(ROOT))  # a checkout that was not pip-installed
 
+from messages import BASH as MESSAGES_BASH  # noqa: E402
+from messages import messages_events  # noqa: E402
 from streams import KIMI_MODEL, PLAIN_MODEL, QWEN_MODEL, kimi_pieces, plain_pieces, prose, request_body, sentinel_pieces, tokens  # noqa: E402
 from table import Row  # noqa: E402
 
@@ -127,23 +129,51 @@ def _usage(model: str, usage: dict[str, int]) -> bytes:
 class Kind:
     name: str
     model: str
-    fields: tuple[str, ...]
+    fields: tuple[str, ...]  # Chat: the delta fields each piece goes to; Messages: the block kind
     pieces: Callable[[int, int], list[str]]  # (events, seed) -> deltas
     calls: Callable[[list[str]], int]  # the tool calls those deltas hold
+    messages: bool = False  # the Anthropic Messages API, not Chat Completions
+
+    @property
+    def plain(self) -> bool:
+        """No markup: the addon's answer must be upstream's, byte for byte."""
+        return self.calls is _NO_CALLS
 
     def stream(self, events: int, seed: int) -> tuple[list[bytes], int]:
         pieces = self.pieces(events, seed)
+        if self.messages:
+            return messages_events(self.model, self.fields[0], pieces), self.calls(pieces)
         return chat_stream(self.model, pieces, self.fields), self.calls(pieces)
 
+    def request_body(self) -> bytes:
+        if not self.messages:
+            return request_body(self.model)
+        body = orjson.dumps({"model": self.model, "max_tokens": 4096, "stream": True, "tools": [MESSAGES_BASH], "messages": [{"role": "user", "content": "hi"}]})
+        BODY_PATHS[body] = "/v1/messages"
+        return body
 
-PLAIN = Kind("plain text", PLAIN_MODEL, ("content",), lambda n, seed: plain_pieces(n, seed), lambda p: 0)
+
+def _NO_CALLS(pieces: list[str]) -> int:
+    return 0
+
+
+# The path a request body goes to (Chat Completions unless named here).
+BODY_PATHS: dict[bytes, str] = {}
+
+
+PLAIN = Kind("plain text", PLAIN_MODEL, ("content",), lambda n, seed: plain_pieces(n, seed), _NO_CALLS)
 KIMI = Kind(
     "Kimi tool calls", KIMI_MODEL, KIMI_FIELDS, lambda n, seed: kimi_pieces(n, seed), lambda p: 2 * p.count("<|tool_calls_section_begin|>")
 )
 SENTINEL = Kind(
     "<tool_call> blocks", QWEN_MODEL, ("content",), lambda n, seed: sentinel_pieces(n, seed), lambda p: "".join(p).count("<tool_call>")
 )
-KINDS = (PLAIN, KIMI, SENTINEL)
+MESSAGES_PLAIN = Kind("Messages API, plain text", PLAIN_MODEL, ("text",), lambda n, seed: plain_pieces(n, seed), _NO_CALLS, messages=True)
+MESSAGES_KIMI = Kind(
+    "Messages API, Kimi calls in thinking", KIMI_MODEL, ("thinking",), lambda n, seed: kimi_pieces(n, seed),
+    lambda p: 2 * p.count("<|tool_calls_section_begin|>"), messages=True,
+)  # fmt: skip
+KINDS = (PLAIN, KIMI, SENTINEL, MESSAGES_PLAIN, MESSAGES_KIMI)
 
 
 # -- the upstream: raw HTTP/1.1, one event per write --------------------------------------------
@@ -299,8 +329,9 @@ class ClientConnection(asyncio.Protocol):
 
 
 def request_bytes(port: int, plan_id: str, body: bytes) -> bytes:
+    path = BODY_PATHS.get(body, "/v1/chat/completions")
     return (
-        f"POST /v1/chat/completions HTTP/1.1\r\nhost: 127.0.0.1:{port}\r\ncontent-type: application/json\r\n"
+        f"POST {path} HTTP/1.1\r\nhost: 127.0.0.1:{port}\r\ncontent-type: application/json\r\n"
         f"accept: text/event-stream\r\nx-bench-plan: {plan_id}\r\ncontent-length: {len(body)}\r\n\r\n"
     ).encode() + body
 
@@ -361,7 +392,9 @@ def tool_calls(body: bytes) -> int:
     """Tool calls a client would build from an SSE body: entries that open a call (with an id)."""
     calls = 0
     for line in body.split(b"\n"):
-        if line.startswith(b"data: {"):
+        if line.startswith(b"data: {") and b'"content_block_start"' in line:  # Anthropic
+            calls += orjson.loads(line[6:])["content_block"].get("type") == "tool_use"
+        elif line.startswith(b"data: {"):
             for choice in orjson.loads(line[6:]).get("choices") or ():
                 calls += sum(1 for call in (choice.get("delta") or {}).get("tool_calls") or () if call.get("id"))
     return calls
@@ -521,7 +554,7 @@ def make_load(rig: Rig, kind: Kind, streams: int, per_stream: int, interval: flo
     for seed in range(templates):
         events, calls = kind.stream(per_stream, seed + 11)
         plans.append((rig.plan(Plan(events, interval)), events, calls))
-    body = request_body(kind.model)
+    body = kind.request_body()
     chosen = [plans[n % templates] for n in range(streams)]
     return Load(
         [(plan_id, body) for plan_id, _, _ in chosen],
@@ -537,13 +570,14 @@ def check(answers: list[Answer], load: Load, rewrites: bool, kind: Kind) -> int:
     calls = 0
     for (plan_id, _), answer in zip(load.jobs, answers, strict=True):
         assert answer.status == 200, answer.status
-        if not rewrites or kind is PLAIN:
+        if not rewrites or kind.plain:
             assert answer.body == load.body[plan_id], f"{kind.name}: the body changed"
         else:
             assert not any(m in answer.body for m in MARKUP), f"{kind.name}: markup reached the client"
-            assert answer.body.endswith(b"data: [DONE]\n\n"), f"{kind.name}: the body is cut short"
+            end = b'data: {"type":"message_stop"}\n\n' if kind.messages else b"data: [DONE]\n\n"
+            assert answer.body.endswith(end), f"{kind.name}: the body is cut short"
             calls += tool_calls(answer.body)
-    if rewrites and kind is not PLAIN:
+    if rewrites and not kind.plain:
         assert calls == load.calls, f"{kind.name}: the client got {calls} tool calls of {load.calls}"
     return calls
 
@@ -567,7 +601,7 @@ def cpu_rows(rig: Rig, baseline: Mitmdump, addon: Mitmdump, identity: Mitmdump, 
     for _ in range(repeats):
         for kind in KINDS:
             load = loads[kind]
-            proxies = (baseline, addon, identity) if kind is PLAIN else (baseline, addon)
+            proxies = (baseline, addon, identity) if kind is PLAIN else (baseline, addon)  # (the identity row is Chat's)
             time.sleep(0.2)  # the previous run's connections are closed
             proxies = order.sample(proxies, len(proxies))  # who connects first changes from run to run
             before = [proxy.cpu() for proxy in proxies]
@@ -577,14 +611,14 @@ def cpu_rows(rig: Rig, baseline: Mitmdump, addon: Mitmdump, identity: Mitmdump, 
             for proxy, cpu0, cpu1, got in zip(proxies, before, after, answers):
                 calls += check(got, load, proxy is addon, kind)
                 per10k.setdefault((kind, proxy.name), []).append((cpu1 - cpu0) / load.events * 10_000)
-                if proxy is not addon or kind is PLAIN:  # one chunk per read (the addon's fast path too)
+                if proxy is not addon or kind.plain:  # one chunk per read (the addon's fast path too)
                     reads.append(sum(a.chunks for a in got) / load.events)
     rows = []
     for kind in KINDS:
         base, mine = per10k[(kind, baseline.name)], per10k[(kind, addon.name)]
         ratios = [m / b for m, b in zip(mine, base)]
         ratio = median(ratios)
-        target = 1.10 if kind is PLAIN else 1.25
+        target = 1.10 if kind.plain else 1.25
         rows.append(Row(
             SECTION, f"CPU of mitmdump per 10k events, {kind.name}: addon vs baseline (`stream = True`)",
             f"{median(mine):.3f} s vs {median(base):.3f} s = {ratio:.3f}x{_spread(ratios)}",

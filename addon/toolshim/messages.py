@@ -648,6 +648,9 @@ class MessagesStreamRewriter(SseRewriter):
         super().__init__()
         self.core = MessagesRewriter(context, self.stats, max_held=max_held, sign_thinking=sign_thinking)
         self._passes_whole_reads = True  # reads of quiet deltas only pass unframed (`_nothing_to_read`)
+        # Upstream blocks whose plain deltas pass unread: index -> kind (b"text" / b"thinking").
+        # Only a parsed event changes the rewriter's state, so it is worked out after each.
+        self._quiet_blocks: dict[int, bytes] = {}
 
     def _nothing_to_read(self, data: bytes) -> bool:
         """Whole events of one read, all text or thinking deltas of quiet blocks and no byte that
@@ -677,16 +680,26 @@ class MessagesStreamRewriter(SseRewriter):
             return [raw]
         if not markup_may_start(raw) and self._passes(event):
             return [raw]
-        return [_encode(o) for o in self.core.on_event(event, raw)]
+        out = [_encode(o) for o in self.core.on_event(event, raw)]
+        self._find_quiet_blocks()
+        return out
 
     def _quiet(self, index: int, kind: bytes) -> bool:
-        """May a text or thinking delta of upstream block `index` pass as it came, unread? Its
-        block is open under its own number, in its own kind, and its lexer holds nothing."""
-        source = self.core._sources.get(index)
-        if source is None or source.current is None or source.open_call is not None or source.as_content:
-            return False
-        current = source.current
-        return current.index == index and current.kind == source.kind == kind.decode() and source.lexer.idle
+        """May a text or thinking delta of upstream block `index` pass as it came, unread?"""
+        return self._quiet_blocks.get(index) == kind
+
+    def _find_quiet_blocks(self) -> None:
+        """The blocks open under their own number, in their own kind, whose lexer holds nothing."""
+        self._quiet_blocks = {
+            index: source.kind.encode()
+            for index, source in self.core._sources.items()
+            if source.current is not None
+            and source.open_call is None
+            and not source.as_content
+            and source.current.index == index
+            and source.current.kind == source.kind
+            and source.lexer.idle
+        }
 
     def _passes(self, event: dict[str, Any]) -> bool:
         """The common case, cheaply: a text delta without markup into a block whose lexer holds
@@ -704,6 +717,7 @@ class MessagesStreamRewriter(SseRewriter):
         return isinstance(delta.get(name), str) and source.lexer.idle
 
     def _at_end(self) -> list[bytes]:
+        self._quiet_blocks = {}
         return [_encode(o) for o in self.core.finish()]
 
 
