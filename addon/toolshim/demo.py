@@ -1,12 +1,14 @@
 """`toolshim-demo`: toolshim's before and after on bundled flows, with no backend, API key or network.
 
-    toolshim-demo                   the default flows: Kimi, Hermes, Responses API, gpt-oss
+    toolshim-demo                   the default flows: Kimi, Hermes, Responses API, gpt-oss,
+                                    MiniMax on the Anthropic Messages API
     toolshim-demo NAME ...          other flows of flows/ (a .flow file's name, without .flow)
     toolshim-demo --flows DIR NAME  flows of another folder
 
 One real mitmdump runs the addon as a reverse proxy whose upstream is never contacted: mitmproxy's
 server replay answers each request with an upstream answer recorded in flows/, and kills any
-request it has no answer for. Each flow's recorded request goes through the OpenAI Python SDK;
+request it has no answer for. Each flow's recorded request goes through the OpenAI Python SDK
+(the Anthropic Python SDK for a Messages API flow: `messages.stream()` → `get_final_message()`);
 the demo prints what the upstream sent, leaked markup and all, and the tool calls the SDK read
 from what toolshim made of it.
 
@@ -17,6 +19,7 @@ Exit status: 0 when every flow reached the SDK as tool calls with no markup left
 from __future__ import annotations
 
 import argparse
+import contextlib
 import difflib
 import importlib.util
 import inspect
@@ -38,10 +41,11 @@ from mitmproxy import exceptions, http, io
 
 import toolshim
 
-from .apis import CHAT, RESPONSES, api_of
-from .show import accumulate, response_output
+from .apis import CHAT, MESSAGES, RESPONSES, api_of
+from .show import accumulate, message_content, response_output
 
 if TYPE_CHECKING:
+    from anthropic import Anthropic
     from openai import OpenAI
 
 PROJECT_ROOT = Path(toolshim.__file__).resolve().parents[2]  # from addon/toolshim/__init__.py
@@ -54,17 +58,19 @@ DEFAULT_FLOWS = {
     "sentinel_chat_stream_text_then_two_calls": "Qwen2.5 writes two Hermes <tool_call> blocks into its answer",
     "responses_sentinel_stream_text_call_text": "Qwen3 writes a <tool_call> block between two sentences",
     "dialect_gpt_oss_harmony": "gpt-oss writes its Harmony channels, a call among them, into its answer",
+    "messages_minimax_invoke_in_text": "MiniMax-M2.1 writes an <invoke> block between two sentences of a text block",
 }
 
 # A discard-port address: in reverse mode mitmdump needs an upstream, and server replay makes
 # sure it is never used (nothing listens there, so a request that slipped through would fail).
 UNUSED_UPSTREAM = "http://127.0.0.1:9"
 BASE_PATH = "/v1"
-SDK_PATHS = {CHAT: f"{BASE_PATH}/chat/completions", RESPONSES: f"{BASE_PATH}/responses"}
+SDK_PATHS = {CHAT: f"{BASE_PATH}/chat/completions", RESPONSES: f"{BASE_PATH}/responses", MESSAGES: "/v1/messages"}
 DEMO_API_KEY = "demo-no-key-needed"  # the SDK insists on a key; nothing checks it
 SDK_OPTIONS = {"extra_headers", "extra_query", "extra_body", "timeout"}  # the SDK's, not request fields
 
-API_TITLES = {CHAT: "Chat Completions API", RESPONSES: "Responses API"}
+API_TITLES = {CHAT: "Chat Completions API", RESPONSES: "Responses API", MESSAGES: "Anthropic Messages API"}
+SDK_NAMES = {CHAT: "OpenAI", RESPONSES: "OpenAI", MESSAGES: "Anthropic"}
 TEXT_FIELDS = ("reasoning_content", "reasoning", "content")  # Chat text, in show.py's order
 TERMINAL_EVENTS = ("response.completed", "response.incomplete", "response.failed")
 
@@ -102,7 +108,7 @@ class DemoFlow:
 
 
 def load_flow(folder: Path, name: str) -> DemoFlow:
-    """The first answered Chat Completions or Responses call in `folder/name.flow`."""
+    """The first answered Chat Completions, Responses or Messages call in `folder/name.flow`."""
     name = name.removesuffix(".flow")
     path = folder / f"{name}.flow"
     if not path.is_file():
@@ -126,7 +132,7 @@ def load_flow(folder: Path, name: str) -> DemoFlow:
         if not isinstance(request, dict) or not isinstance(request.get("model"), str):
             raise DemoError(f"{path}: the recorded request names no model")
         return DemoFlow(name, DEFAULT_FLOWS.get(name, ""), api, request, flow)
-    raise DemoError(f"{path} holds no successful Chat Completions or Responses call to replay")
+    raise DemoError(f"{path} holds no successful Chat Completions, Responses or Messages call to replay")
 
 
 def write_replay_file(path: Path, flows: Sequence[DemoFlow]) -> None:
@@ -194,6 +200,11 @@ class ReplayProxy:
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.port}{BASE_PATH}"
 
+    @property
+    def anthropic_base_url(self) -> str:
+        """The Anthropic SDK adds /v1/messages to its base URL."""
+        return f"http://127.0.0.1:{self.port}"
+
     def __enter__(self) -> ReplayProxy:
         with self.log_file.open("wb") as log:
             self._process = subprocess.Popen(
@@ -253,17 +264,18 @@ class Text:
 
 @dataclass(frozen=True)
 class Call:
-    label: str  # "tool_calls[0]", "output[1] function_call"
+    label: str  # "tool_calls[0]", "output[1] function_call", "content[1] tool_use"
     name: str
-    id_key: str  # "id" on Chat Completions, "call_id" on the Responses API
+    id_key: str  # "id" on Chat Completions and the Messages API, "call_id" on the Responses API
     call_id: str
-    arguments: str
+    arguments: str  # JSON text
+    arguments_key: str = "arguments"  # "input" on the Messages API
 
 
 @dataclass
 class Answer:
     entries: list[Text | Call] = field(default_factory=list)
-    ending: str = ""  # Chat's finish_reason; Responses items say it themselves
+    ending: str = ""  # Chat's finish_reason, Messages' stop_reason; Responses items say it themselves
 
     @property
     def calls(self) -> list[Call]:
@@ -300,12 +312,29 @@ def responses_answer(items: list[dict[str, Any]]) -> Answer:
     return answer
 
 
+def messages_answer(blocks: list[dict[str, Any]], stop_reason: Any) -> Answer:
+    """Messages content blocks, as plain dicts (a streamed tool_use block's input is shown as its
+    pieces joined, `input_json`, JSON or not)."""
+    answer = Answer(ending=f"stop_reason: {stop_reason}")
+    for index, block in enumerate(blocks):
+        kind = block.get("type")
+        label = f"content[{index}] {kind}"
+        if kind == "tool_use":
+            arguments = block["input_json"] if "input_json" in block else orjson.dumps(block.get("input", {})).decode()
+            answer.entries.append(Call(label, block.get("name") or "", "id", block.get("id") or "", arguments, "input"))
+        else:
+            answer.entries.append(Text(label, str(block.get("text") or block.get("thinking") or "")))
+    return answer
+
+
 def recorded_answer(demo_flow: DemoFlow) -> Answer:
     """What the upstream sent: the recorded body, accumulated."""
     assert demo_flow.recorded.response is not None
     body = demo_flow.recorded.response.get_content(strict=False) or b""
     if demo_flow.api == RESPONSES:
         return responses_answer(response_output(body))
+    if demo_flow.api == MESSAGES:
+        return messages_answer(*message_content(body))
     result = accumulate(body)
     calls = [(call["id"], call["name"], call["arguments"]) for _, call in sorted(result["tool_calls"].items())]
     return chat_answer(result["text"], calls, result["finish_reason"])
@@ -372,6 +401,20 @@ def ask_responses(client: OpenAI, request: dict[str, Any]) -> Answer:
     return responses_answer([item.model_dump() for item in response.output])
 
 
+def ask_messages(client: Anthropic, request: dict[str, Any]) -> Answer:
+    """Send a Messages request; the content blocks of the message the SDK built (a stream read
+    by `messages.stream()` to its end, then `get_final_message()`)."""
+    if request.get("stream"):
+        arguments = sdk_arguments(client.messages.stream, {key: value for key, value in request.items() if key != "stream"})
+        with client.messages.stream(**arguments) as events:
+            for _ in events:  # read to the end, so the connection is closed cleanly
+                pass
+            message = events.get_final_message()
+    else:
+        message = client.messages.create(**sdk_arguments(client.messages.create, request))
+    return messages_answer([block.model_dump() for block in message.content], message.stop_reason)
+
+
 def problems_of(answer: Answer) -> list[str]:
     found = [] if answer.calls else ["the SDK got no tool call"]
     for entry in answer.entries:
@@ -407,7 +450,7 @@ def render(answer: Answer, indent: str = "    ") -> str:
     for entry in answer.entries:
         if isinstance(entry, Call):
             lines.append(f"{indent}{entry.label}: {entry.name}, {entry.id_key} {entry.call_id}")
-            lines += wrapped(f"arguments {entry.arguments}", indent + "    ")
+            lines += wrapped(f"{entry.arguments_key} {entry.arguments}", indent + "    ")
         else:
             lines += wrapped(f"{entry.label}: {clipped(entry.text)}", indent)
     if answer.ending:
@@ -430,35 +473,68 @@ def heading(number: int, total: int, demo_flow: DemoFlow) -> str:
 # -- the demo -------------------------------------------------------------------------------------
 
 
+def sdk_versions(flows: Sequence[DemoFlow]) -> str:
+    """The SDKs the flows are read by, with their versions."""
+    import openai  # main() made sure it is installed
+
+    versions = [f"the OpenAI Python SDK {openai.__version__}"]
+    if any(demo_flow.api == MESSAGES for demo_flow in flows):
+        import anthropic
+
+        versions.append(f"the Anthropic Python SDK {anthropic.__version__} (Messages API)")
+    return " and ".join(versions)
+
+
 def run_demo(flows: Sequence[DemoFlow], proxy: ReplayProxy) -> int:
     import openai  # main() made sure it is installed
 
     print(
         textwrap.fill(
             f"toolshim-demo: {len(flows)} recorded upstream answers, replayed by a local mitmdump (no "
-            f"backend, no API key, no network), repaired by toolshim, read by the OpenAI Python SDK "
-            f"{openai.__version__}.",
+            f"backend, no API key, no network), repaired by toolshim, read by {sdk_versions(flows)}.",
             WIDTH,
         )
     )
     failed = 0
     # trust_env=False: no proxy variable (HTTP_PROXY, ALL_PROXY) may reroute the SDK. No retries:
     # each request takes one answer off the replay queue (see write_replay_file).
-    with openai.OpenAI(
-        base_url=proxy.base_url,
-        api_key=DEMO_API_KEY,
-        max_retries=0,
-        timeout=30,
-        http_client=openai.DefaultHttpxClient(trust_env=False),
-    ) as client:
+    with contextlib.ExitStack() as clients:
+        client = clients.enter_context(
+            openai.OpenAI(
+                base_url=proxy.base_url,
+                api_key=DEMO_API_KEY,
+                max_retries=0,
+                timeout=30,
+                http_client=openai.DefaultHttpxClient(trust_env=False),
+            )
+        )
+        anthropic_client = None
+        if any(demo_flow.api == MESSAGES for demo_flow in flows):
+            import anthropic  # main() made sure it is installed
+            import httpx
+
+            anthropic_client = clients.enter_context(
+                anthropic.Anthropic(
+                    base_url=proxy.anthropic_base_url,
+                    api_key=DEMO_API_KEY,
+                    max_retries=0,
+                    timeout=30,
+                    # The Anthropic SDK's client mounts the environment's proxies even with
+                    # trust_env=False, unless it is given a transport of its own.
+                    http_client=anthropic.DefaultHttpxClient(trust_env=False, transport=httpx.HTTPTransport(trust_env=False)),
+                )
+            )
         for number, demo_flow in enumerate(flows, 1):
             print(f"\n{heading(number, len(flows), demo_flow)}")
             print("  the upstream sent (recorded):")
             print(render(recorded_answer(demo_flow)))
-            print("  the OpenAI SDK got, through toolshim:")
-            ask = ask_responses if demo_flow.api == RESPONSES else ask_chat
+            print(f"  the {SDK_NAMES[demo_flow.api]} SDK got, through toolshim:")
             try:
-                answer = ask(client, dict(demo_flow.request))
+                if demo_flow.api == MESSAGES:
+                    answer = ask_messages(anthropic_client, dict(demo_flow.request))
+                else:
+                    ask = ask_responses if demo_flow.api == RESPONSES else ask_chat
+                    answer = ask(client, dict(demo_flow.request))
             except Exception as exc:  # whatever the SDK raised is the finding: shown, not a traceback
                 problems = [f"{type(exc).__name__}: {exc}"]
             else:
@@ -482,7 +558,8 @@ def parse_arguments(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="toolshim-demo",
         description="Show toolshim repairing leaked tool-call markup in recorded flows: a real mitmdump "
-        "replays the upstream's answers (no backend, no API key, no network) to the OpenAI SDK.",
+        "replays the upstream's answers (no backend, no API key, no network) to the OpenAI SDK (the "
+        "Anthropic SDK for Messages API flows).",
     )
     parser.add_argument(
         "names",
@@ -505,6 +582,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not ADDON_SCRIPT.is_file():
             raise DemoError(f"the addon script {ADDON_SCRIPT} is missing: run toolshim-demo from a checkout (pip install -e .)")
         flows = [load_flow(arguments.flows, name) for name in arguments.names or DEFAULT_FLOWS]
+        if any(demo_flow.api == MESSAGES for demo_flow in flows) and importlib.util.find_spec("anthropic") is None:
+            print("toolshim-demo needs the Anthropic Python SDK for Messages API flows: pip install -e '.[demo]'", file=sys.stderr)
+            return 2
         executable = find_mitmdump()
         with tempfile.TemporaryDirectory(prefix="toolshim-demo-") as scratch:
             replay_file = Path(scratch) / "replay.flow"
