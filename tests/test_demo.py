@@ -115,3 +115,38 @@ def test_an_unknown_flow_name_is_a_clear_error():
     assert "no flow named 'kimi_seed_000_reasonin'" in result.stderr
     assert "did you mean kimi_seed_000_reasoning?" in result.stderr
     assert result.stdout == ""
+
+
+class NoProxy:
+    """Stands in for the demo's mitmdump: nothing is started."""
+
+    def __init__(self, *arguments: Any) -> None:
+        pass
+
+    def __enter__(self) -> NoProxy:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        pass
+
+
+def test_without_the_anthropic_sdk_the_tour_leaves_its_messages_flow_out(monkeypatch, capsys):
+    """`.[demo]` installs the OpenAI SDK only: the tour goes on without the Messages flow, and
+    naming a Messages flow is a clear error."""
+    from toolshim import demo
+
+    find_spec = demo.importlib.util.find_spec
+    monkeypatch.setattr(demo.importlib.util, "find_spec", lambda name, *rest: None if name == "anthropic" else find_spec(name, *rest))
+    monkeypatch.setattr(demo, "ReplayProxy", NoProxy)
+    monkeypatch.setattr(demo, "find_mitmdump", lambda: "mitmdump")
+    shown: list[str] = []
+    monkeypatch.setattr(demo, "run_demo", lambda flows, proxy: shown.extend(flow.name for flow in flows) or 0)
+
+    assert demo.main([]) == 0
+    assert shown == [name for name in DEFAULT_FLOWS if not name.startswith("messages_")] and len(shown) == len(DEFAULT_FLOWS) - 1
+    assert "leaves out its Messages API flow (pip install anthropic)" in capsys.readouterr().err
+
+    shown.clear()
+    assert demo.main(["messages_minimax_invoke_in_text"]) == 2
+    assert shown == []
+    assert "needs the Anthropic Python SDK for Messages API flows" in capsys.readouterr().err

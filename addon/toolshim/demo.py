@@ -583,8 +583,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise DemoError(f"the addon script {ADDON_SCRIPT} is missing: run toolshim-demo from a checkout (pip install -e .)")
         flows = [load_flow(arguments.flows, name) for name in arguments.names or DEFAULT_FLOWS]
         if any(demo_flow.api == MESSAGES for demo_flow in flows) and importlib.util.find_spec("anthropic") is None:
-            print("toolshim-demo needs the Anthropic Python SDK for Messages API flows: pip install -e '.[demo]'", file=sys.stderr)
-            return 2
+            if arguments.names:
+                print("toolshim-demo needs the Anthropic Python SDK for Messages API flows: pip install anthropic", file=sys.stderr)
+                return 2
+            # `.[demo]` installs the OpenAI SDK only: the tour goes on without its Messages flow.
+            print("toolshim-demo: the Anthropic Python SDK is not installed, so the tour leaves out its Messages API flow (pip install anthropic)", file=sys.stderr)
+            flows = [demo_flow for demo_flow in flows if demo_flow.api != MESSAGES]
         executable = find_mitmdump()
         with tempfile.TemporaryDirectory(prefix="toolshim-demo-") as scratch:
             replay_file = Path(scratch) / "replay.flow"
