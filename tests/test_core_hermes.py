@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 import json
 import re
 
@@ -20,8 +22,11 @@ from toolshim.calls import (
 )
 from toolshim.lexers.base import CallArgs, CallBegin, CallEnd, Text
 from toolshim.judge import ToolCallJudge
-from toolshim.lexers.hermes import HermesLexer
+from toolshim.lexers.engine import lexer
+from toolshim.lexers.specs import HERMES
 from toolshim.tools import RequestContext, ToolSpec
+
+hermes_lexer = partial(lexer, HERMES)
 
 WEATHER = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
 TOOLS = {
@@ -50,7 +55,7 @@ def merge(segments):
 
 
 def lex(text: str, scope: CallScope | None = None, pieces: list[str] | None = None, **kwargs):
-    lexer = HermesLexer(scope or make_scope(), **kwargs)
+    lexer = hermes_lexer(scope or make_scope(), **kwargs)
     segments = []
     for piece in pieces or [text]:
         segments += lexer.feed(piece)
@@ -135,12 +140,12 @@ def test_undeclared_name_stays_text_and_is_noted():
 def test_no_declared_tools_means_no_calls_and_nothing_held():
     text = block({"name": "get_weather", "arguments": {"city": "NYC"}})
     assert lex(text, make_scope({})) == [Text(text)]
-    lexer = HermesLexer(make_scope({}))
+    lexer = hermes_lexer(make_scope({}))
     assert lexer.feed(text[:20]) == [Text(text[:20])] and lexer.idle
 
 
 def test_prose_mentioning_the_tag_streams_live():
-    lexer = HermesLexer(make_scope())
+    lexer = hermes_lexer(make_scope())
     # the first character after the tag decides: the text comes out of the same piece
     assert merge(lexer.feed("Wrap calls in <tool_call> tags, like")) == [Text("Wrap calls in <tool_call> tags, like")]
     assert merge(lexer.feed(" <tool_call>\nname")) == [Text(" <tool_call>\nname")]
@@ -277,7 +282,7 @@ def test_whitespace_around_text_blocks_is_kept_exactly():
 
 
 def test_whitespace_sent_in_an_earlier_piece_stays_sent():
-    lexer = HermesLexer(make_scope())
+    lexer = hermes_lexer(make_scope())
     assert lexer.feed("Plan: \n") == [Text("Plan: \n")]
     out = lexer.feed(block({"name": "toolName", "arguments": {}})) + lexer.finish()
     assert merge(out) == call("toolName", "{}")
@@ -288,7 +293,7 @@ def test_whitespace_sent_in_an_earlier_piece_stays_sent():
 
 def test_minted_ids_are_openai_shaped_and_unique():
     a = block({"name": "toolName", "arguments": {}})
-    lexer = HermesLexer(make_scope())
+    lexer = hermes_lexer(make_scope())
     out = lexer.feed(a * 20) + lexer.finish()
     ids = [seg.id for seg in out if isinstance(seg, CallBegin)]
     assert len(ids) == 20 and len(set(ids)) == 20
@@ -296,7 +301,7 @@ def test_minted_ids_are_openai_shaped_and_unique():
 
 
 def test_finish_leaves_the_lexer_as_new():
-    lexer = HermesLexer(make_scope())
+    lexer = hermes_lexer(make_scope())
     a = block({"name": "toolName", "arguments": {}})
     for held in ["<tool_c", '<tool_call>{"name": "to', "x" + a + "  ", ""]:
         lexer.feed(held)
@@ -306,7 +311,7 @@ def test_finish_leaves_the_lexer_as_new():
 
 
 def test_idle_only_when_nothing_is_held():
-    lexer = HermesLexer(make_scope())
+    lexer = hermes_lexer(make_scope())
     assert lexer.idle
     lexer.feed("abc <tool")
     assert not lexer.idle

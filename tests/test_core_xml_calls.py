@@ -3,6 +3,8 @@ fed whole, at every two-piece split and character by character."""
 
 from __future__ import annotations
 
+from functools import partial
+
 import json
 import re
 
@@ -17,9 +19,11 @@ from toolshim.calls import (
     RewriteStats,
 )
 from toolshim.lexers.base import CallArgs, CallBegin, CallEnd, ChainLexer, Text
-from toolshim.lexers.hermes import HermesLexer
 from toolshim.judge import coerce_value
-from toolshim.lexers.xml_calls import GlmLexer, MiniMaxLexer, QwenXmlLexer
+from toolshim.lexers.engine import lexer
+from toolshim.lexers.specs import GLM, HERMES, MINIMAX, QWEN_XML
+
+HermesLexer, QwenXmlLexer, GlmLexer, MiniMaxLexer = (partial(lexer, spec) for spec in (HERMES, QWEN_XML, GLM, MINIMAX))
 from toolshim.tools import RequestContext, ToolSpec
 
 STRINGS = lambda *names: {"type": "object", "properties": {n: {"type": "string"} for n in names}}  # noqa: E731

@@ -204,6 +204,10 @@ MARKERS = {
         "</function>", "<parameter=command>", "<parameter=days>", "<parameter=x>", "</parameter>",
         "<function = bash>", "<parameter>",
     ],
+    "seed_oss": [
+        "<seed:tool_call>", "</seed:tool_call>", "<function=bash>", "<function=get_weather>", "<function=rm_rf>",
+        "</function>", "<parameter=command>", "<parameter=days>", "</parameter>", "<seed:toolcall>", "<tool_call>",
+    ],
     "glm": [
         "<tool_call>", "</tool_call>", "bash", "get_weather", "search", "rm_rf", "<arg_key>", "</arg_key>",
         "<arg_value>", "</arg_value>", "<arg_keys>", "<argkey>",
@@ -298,6 +302,9 @@ def dialect_call(draw, dialect, witness):
         params = "".join(f"<parameter={k}>\n{v}\n</parameter>\n" for k, v in args.items())
         function = f"<function={name}>\n{params}</function>"
         return f"<tool_call>\n{function}\n</tool_call>" if draw(st.booleans()) else function
+    if dialect == "seed_oss":
+        params = "".join(f"<parameter={k}>\n{v}\n</parameter>\n" for k, v in args.items())
+        return f"<seed:tool_call>{pad}\n<function={name}>\n{params}</function>\n</seed:tool_call>"
     if dialect == "glm":
         params = "".join(f"<arg_key>{k}</arg_key>{pad}<arg_value>{v}</arg_value>{pad}" for k, v in args.items())
         return f"<tool_call>{name}{pad}{params}</tool_call>"

@@ -8,6 +8,8 @@ scanner examines each character of a block a bounded number of times.
 
 from __future__ import annotations
 
+from functools import partial
+
 import json
 
 from hypothesis import HealthCheck, given, settings
@@ -15,8 +17,11 @@ from hypothesis import strategies as st
 
 from toolshim.calls import CallScope, RewriteStats
 from toolshim.lexers.base import CallArgs, CallBegin, CallEnd, Text
-from toolshim.lexers.hermes import HermesLexer
+from toolshim.lexers.engine import lexer
+from toolshim.lexers.specs import HERMES
 from toolshim.tools import RequestContext, ToolSpec
+
+hermes_lexer = partial(lexer, HERMES)
 
 TOOLS = {
     "bash": ToolSpec("bash", {"type": "object"}),
@@ -110,7 +115,7 @@ def expected_text(parts) -> str:
 
 
 def run(text: str, pieces: list[str]):
-    lexer = HermesLexer(CallScope(RequestContext(tools=dict(TOOLS)), RewriteStats()))
+    lexer = hermes_lexer(CallScope(RequestContext(tools=dict(TOOLS)), RewriteStats()))
     segments = []
     for piece in pieces:
         segments += lexer.feed(piece)
@@ -186,7 +191,7 @@ def test_prose_alone_passes_through_whole(text, cuts):
 
 
 def scanned(block_text: str, piece: int = 1) -> tuple[int, list]:
-    lexer = HermesLexer(CallScope(RequestContext(tools=dict(TOOLS)), RewriteStats()))
+    lexer = hermes_lexer(CallScope(RequestContext(tools=dict(TOOLS)), RewriteStats()))
     out = []
     for i in range(0, len(block_text), piece):
         out += lexer.feed(block_text[i : i + piece])

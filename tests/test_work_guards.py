@@ -19,30 +19,30 @@ import pytest
 from harness import sse_body
 from toolshim import chat, sse
 from toolshim.chat import ChatStreamRewriter
-from toolshim.lexers import base, deepseek, harmony, hermes, kimi, llama, mistral, think, units, xml_calls
+from toolshim.lexers import base, deepseek, engine, harmony, kimi, llama, mistral, think, units
 from toolshim.tools import RequestContext
 
 KINDS = ("marker search", "block scan", "framing")
-LEXER_MODULES = (base, deepseek, harmony, hermes, kimi, llama, mistral, think, units, xml_calls)
+LEXER_MODULES = (base, deepseek, engine, harmony, kimi, llama, mistral, think, units)
 BASH = {"type": "function", "function": {"name": "bash", "parameters": {"type": "object", "properties": {"command": {"type": "string"}}}}}
 
 
 class Work(Counter):
-    """Work counted by kind; `hermes_lexers` are the `<tool_call>` lexers made meanwhile."""
+    """Work counted by kind; `engine_lexers` are the engine lexers made meanwhile."""
 
-    hermes_lexers: list[hermes.HermesLexer]
+    engine_lexers: list[engine.BlockLexer]
 
 
 @pytest.fixture
 def work(monkeypatch: pytest.MonkeyPatch) -> Work:
     counted = Work()
     find_marker, cut, feed, dumps = base.find_marker, sse.SseFramer._cut, sse.SseFramer.feed, orjson.dumps
-    hermes_init = hermes.HermesLexer.__init__
-    hermes_lexers: list[hermes.HermesLexer] = []
+    hermes_init = engine.BlockLexer.__init__
+    engine_lexers: list[engine.BlockLexer] = []
 
     def registering_init(lexer, *args, **kwargs):
         hermes_init(lexer, *args, **kwargs)
-        hermes_lexers.append(lexer)
+        engine_lexers.append(lexer)
 
     def counting_find_marker(buf, start, markers, final):
         counted["marker search"] += len(buf) - start
@@ -69,8 +69,8 @@ def work(monkeypatch: pytest.MonkeyPatch) -> Work:
     monkeypatch.setattr(sse.SseFramer, "_cut", counting_cut)
     monkeypatch.setattr(sse.SseFramer, "feed", counting_feed)
     monkeypatch.setattr(chat.orjson, "dumps", counting_dumps)
-    monkeypatch.setattr(hermes.HermesLexer, "__init__", registering_init)
-    counted.hermes_lexers = hermes_lexers  # their block scanner counts its own work
+    monkeypatch.setattr(engine.BlockLexer, "__init__", registering_init)
+    counted.engine_lexers = engine_lexers  # their block scanner counts its own work
     return counted
 
 
@@ -124,10 +124,10 @@ def test_work_per_character_does_not_grow_with_the_input(work: Work, model, make
     for size in (2_000, 32_000):
         pieces = make(size)
         work.clear()
-        work.hermes_lexers.clear()
+        work.engine_lexers.clear()
         rewriter, _, _, events = rewrite(model, pieces)
         assert rewriter.stats.calls == calls
-        work["block scan"] = sum(lexer.examined for lexer in work.hermes_lexers)
+        work["block scan"] = sum(lexer.examined for lexer in work.engine_lexers)
         chars = sum(map(len, pieces))
         per_char[size] = {kind: work[kind] / chars for kind in KINDS}
         assert work["serialised"] <= 2 * events, "an event may be serialised again once, plus its split-off finish"

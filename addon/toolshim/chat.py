@@ -67,7 +67,7 @@ class ChoiceRewriter:
             return False  # upstream made calls: its finish_reason must be read ("stop" is wrong)
         if self._reasoning_over:
             return False  # a reasoning channel's text now goes to content: none passes as it came (fuzzing)
-        return self.native.idle and all(lexer.idle for lexer in self._lexers.values())
+        return self.native.idle and self._dialects.idle  # the lexers report their own changes
 
     def feed(self, channel: tuple[str, ...], text: str, parts: list[Part]) -> None:
         lexer = self._lexers.get(channel)
@@ -196,7 +196,7 @@ class ChatStreamRewriter(SseRewriter):
         # out of `content` must go to the field upstream uses.
         self._reasoning_field_known = False
         # Nothing held, no call made: an event with nothing to read passes as it came.
-        self._quiet = not self._reads_start
+        self._idle = not self._reads_start
 
     # -- events ----------------------------------------------------------------------------------
 
@@ -215,7 +215,7 @@ class ChatStreamRewriter(SseRewriter):
         return self._reasoning_field_known or raw.find(b'"reasoning') < 0
 
     def _on_block(self, raw: bytes) -> list[bytes]:
-        if self._quiet and self._nothing_to_read(raw):
+        if self._idle and self._nothing_to_read(raw):
             if not self._content_started and _CONTENT_TEXT.search(raw):
                 self._content_started = True  # a reasoning block can no longer open
                 self._passes_whole_reads = True
@@ -224,8 +224,8 @@ class ChatStreamRewriter(SseRewriter):
             return [raw]  # fast path: no marker can start here and nothing is held
         out = self._read_block(raw)
         # State changes only here: whether the next events may take the fast path.
-        self._quiet = not self.stats.calls and self._all_idle() and not (self._context.parse_error_chunk and self.stats.problems)
-        self._passes_whole_reads = self._quiet and self._content_started
+        self._idle = not self.stats.calls and self._all_idle() and not (self._context.parse_error_chunk and self.stats.problems)
+        self._passes_whole_reads = self._idle and self._content_started
         return out
 
     def _read_block(self, raw: bytes) -> list[bytes]:

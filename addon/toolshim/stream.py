@@ -10,20 +10,25 @@ from __future__ import annotations
 import re
 
 from .calls import RewriteStats
+from .lexers import MARKUP_STARTS
 from .sse import SseFramer, is_one_data_line
 
 # `id:` and `retry:` lines of an event (an `id` line may have no colon). They are state of the
 # client's EventSource (the last event id, the reconnection delay), not part of the data.
 _CARRIED_FIELD = re.compile(rb"(?:^|(?<=[\r\n]))(?:id|retry)(?:[:][^\r\n]*)?(?:\r\n|\r|\n)", re.MULTILINE)
 _LINE_END = re.compile(rb"\r\n?")
-# Mistral's bracket markers, or a text that ends in what may begin one (`… [TOO"`). The JSON's
-# own brackets (`"choices":[{`, `"logprobs":[]`) never match.
-_BRACKET_MARKUP = re.compile(rb'\[(?:TOOL_CALLS\]|/?THINK\]|ARGS\]|CALL_ID\]|/?[A-Z_]*")')
+# Every marker begins with `<` or `[` (the dialect registry, `lexers.MARKUP_STARTS`). A `[` only
+# counts as a bracket marker (`[TOOL_CALLS]`, `[THINK]`), or a text that ends in what may begin
+# one (`… [TOO"`): the JSON's own brackets (`"choices":[{`, `"logprobs":[]`) never match.
+# (tests/test_core_seed_oss.py checks that every registered start is seen.)
+_BRACKET_MARKUP = re.compile(
+    rb"\[(?:" + b"|".join(re.escape(m[1:].encode()) for m in MARKUP_STARTS if m[0] == "[") + rb'|/?[A-Z_]*")'
+)
 
 
 def markup_may_start(raw: bytes) -> bool:
     """Might a marker of some dialect begin in the text of these raw events (JSON bytes)? Every
-    marker begins with `<` (`\\u003c` escaped) or a bracket marker."""
+    marker begins with `<` (`\\u003c` escaped) or is a bracket marker."""
     if raw.find(b"<") >= 0 or raw.find(b"\\u003") >= 0:
         return True
     # A pattern that begins with a literal is searched for that byte in C: one pass, where

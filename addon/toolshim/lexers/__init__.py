@@ -15,15 +15,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..calls import CallScope
-from .base import ChainLexer, Lexer, PlainText
+from .base import Activity, ChainLexer, Lexer, PlainText, Reporting
+from . import engine, specs
 from .deepseek import DeepSeekLexer
 from .harmony import HarmonyLexer
 from .kimi import KimiCallNamer, KimiLexer
 from .llama import LlamaLexer
-from .xml_calls import GlmLexer, MiniMaxLexer, QwenXmlLexer
 from .mistral import MistralLexer
-from .hermes import HermesLexer
-from .think import TOOL_STARTS, ReasoningSplit, ThinkLexer
+from .think import REASONING_TAGS, ReasoningSplit, ThinkLexer
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,29 +30,25 @@ class Dialect:
     name: str
     models: re.Pattern[str]  # searched in the request's model name, case-insensitively
     make: Callable[[ScopeLexers, bool], Lexer]  # (the scope's lexers, reasoning channel?)
+    # The markers that may begin the dialect's markup (the SSE layer's fast path looks for them).
+    starts: tuple[str, ...]
     # Special-token dialects (Kimi, DeepSeek) end `<think>` themselves; tag dialects run inside
     # `<think>` too, where only a complete, declared call leaves the reasoning.
     special_tokens: bool = False
+    # A call beginning inside `<think>` ends the reasoning (vLLM's kimi_k2 reasoning parser and
+    # SGLang treat the section begin as an implicit `</think>`).
+    ends_reasoning: bool = False
+
+
+def _spec(spec: specs.Spec) -> Callable[[ScopeLexers, bool], Lexer]:
+    def make(lexers: ScopeLexers, reasoning: bool) -> Lexer:
+        return engine.lexer(spec, lexers.scope.for_dialect(spec.name), max_held=lexers.max_held)
+
+    return make
 
 
 def _kimi(lexers: ScopeLexers, reasoning: bool) -> Lexer:
     return KimiLexer(lexers.kimi_namer, reasoning=reasoning, max_held=lexers.max_held)
-
-
-def _hermes(lexers: ScopeLexers, reasoning: bool) -> Lexer:
-    return HermesLexer(lexers.scope.for_dialect("hermes"), max_held=lexers.max_held)
-
-
-def _qwen_xml(lexers: ScopeLexers, reasoning: bool) -> Lexer:
-    return QwenXmlLexer(lexers.scope.for_dialect("qwen_xml"), max_held=lexers.max_held)
-
-
-def _glm(lexers: ScopeLexers, reasoning: bool) -> Lexer:
-    return GlmLexer(lexers.scope.for_dialect("glm"), max_held=lexers.max_held)
-
-
-def _minimax(lexers: ScopeLexers, reasoning: bool) -> Lexer:
-    return MiniMaxLexer(lexers.scope.for_dialect("minimax"), max_held=lexers.max_held)
 
 
 def _deepseek(lexers: ScopeLexers, reasoning: bool) -> Lexer:
@@ -75,21 +70,29 @@ def _llama(lexers: ScopeLexers, reasoning: bool) -> Lexer:
 _LLAMA_MODELS = re.compile(r"llama|functionary", re.I)
 
 
+_KIMI_STARTS = ("<|tool_calls_section_begin|>", "<|tool_call_section_begin|>", "<|tool_call_begin|>")
+_DEEPSEEK_STARTS = ("<\uff5ctool\u2581calls\u2581begin\uff5c>", "<\uff5ctool\u2581call\u2581begin\uff5c>", "<\uff5cDSML\uff5cfunction_calls>", "<\uff5cDSML\uff5ctool_calls>")
+_LLAMA_STARTS = ("<function=", '<function name="', "<|python_start|>", "<|python_tag|>")
+
 # In chain order: special tokens first, then tags.
 DIALECTS: tuple[Dialect, ...] = (
-    Dialect("kimi", re.compile(r"kimi|moonshot|k2", re.I), _kimi, special_tokens=True),
-    Dialect("deepseek", re.compile(r"deepseek", re.I), _deepseek, special_tokens=True),
-    Dialect("harmony", re.compile(r"gpt-oss|gpt_oss", re.I), _harmony, special_tokens=True),
-    Dialect("mistral", re.compile(r"mistral|magistral|ministral|devstral|codestral|mixtral|pixtral", re.I), _mistral, special_tokens=True),
+    Dialect("kimi", re.compile(r"kimi|moonshot|k2", re.I), _kimi, _KIMI_STARTS, special_tokens=True, ends_reasoning=True),
+    Dialect("deepseek", re.compile(r"deepseek", re.I), _deepseek, _DEEPSEEK_STARTS, special_tokens=True, ends_reasoning=True),
+    Dialect("harmony", re.compile(r"gpt-oss|gpt_oss", re.I), _harmony, ("<|start|>", "<|channel|>"), special_tokens=True),
+    Dialect("mistral", re.compile(r"mistral|magistral|ministral|devstral|codestral|mixtral|pixtral", re.I), _mistral, ("[TOOL_CALLS]",), special_tokens=True, ends_reasoning=True),
     # Hermes before the XML dialects: they share `<tool_call>`, and each takes only what follows
     # it in its own form (`{`, `<function=`, a name), releasing the rest at once.
-    Dialect("hermes", re.compile(r"qwen|qwq|hermes|nous", re.I), _hermes),
-    Dialect("qwen_xml", re.compile(r"qwen|seed-oss", re.I), _qwen_xml),
-    Dialect("glm", re.compile(r"glm|zhipu|z-ai", re.I), _glm),
-    Dialect("minimax", re.compile(r"minimax", re.I), _minimax),
-    Dialect("llama", _LLAMA_MODELS, _llama),
+    Dialect("hermes", re.compile(r"qwen|qwq|hermes|nous", re.I), _spec(specs.HERMES), specs.HERMES.starts),
+    Dialect("qwen_xml", re.compile(r"qwen", re.I), _spec(specs.QWEN_XML), specs.QWEN_XML.starts),
+    Dialect("seed_oss", re.compile(r"seed-oss|seed_oss", re.I), _spec(specs.SEED_OSS), specs.SEED_OSS.starts),
+    Dialect("glm", re.compile(r"glm|zhipu|z-ai", re.I), _spec(specs.GLM), specs.GLM.starts),
+    Dialect("minimax", re.compile(r"minimax", re.I), _spec(specs.MINIMAX), specs.MINIMAX.starts),
+    Dialect("llama", _LLAMA_MODELS, _llama, _LLAMA_STARTS),
 )
 DIALECT_NAMES = tuple(d.name for d in DIALECTS)
+# Every marker that may begin markup in some dialect or the reasoning split: the SSE layer's fast
+# path and the reasoning split derive what they look for from it.
+MARKUP_STARTS = tuple(dict.fromkeys([t for d in DIALECTS for t in d.starts] + list(REASONING_TAGS)))
 
 # Chat templates that open the reasoning block in the prompt: the output starts inside it and
 # only `</think>` appears (research: parsers.md 1.10).
@@ -128,10 +131,21 @@ class ScopeLexers:
         self.scope = scope
         self.max_held = max_held
         self.kimi_namer = KimiCallNamer(scope.for_dialect("kimi"))  # shared: Kimi ids stay unique across channels
+        self.activity = Activity()  # every lexer made here reports to it: `idle` costs nothing
         context = scope.context
         self._dialects = dialects_for(context.model, context.dialects)
         self.preopened = starts_in_reasoning(context)
         self.bare_json = reads_bare_json(context)
+
+    @property
+    def idle(self) -> bool:
+        """No lexer of this scope holds anything (each reports its own changes)."""
+        return self.activity.busy == 0
+
+    def _watched(self, lexer: Lexer) -> Lexer:
+        if isinstance(lexer, Reporting):
+            lexer.watched_by(self.activity)
+        return lexer
 
     def new_lexer(self, *, reasoning: bool, preopened: bool = True, started: bool = False) -> Lexer:
         """The lexer of a reasoning channel, or of a content channel (which may hold `<think>`).
@@ -139,15 +153,15 @@ class ScopeLexers:
         `started`: content was already sent, so no reasoning block can open any more."""
         if reasoning:
             return self._calls(reasoning=True)
-        tool_starts = tuple(t for d in self._dialects for t in TOOL_STARTS.get(d.name, ()))
-        think = ThinkLexer(preopened=self.preopened and preopened and not started, tool_starts=tool_starts, started=started)
+        tool_starts = tuple(t for d in self._dialects if d.ends_reasoning for t in d.starts)
+        think = self._watched(ThinkLexer(preopened=self.preopened and preopened and not started, tool_starts=tool_starts, started=started))
         return ReasoningSplit(think, self._calls(reasoning=True, tags_only=True), self._calls(reasoning=False))
 
     def _calls(self, *, reasoning: bool, tags_only: bool = False) -> Lexer:
         """The chain of call dialects; none at all when no call may be made (tool_choice none)."""
         if self.scope.context.tool_choice_none:
             return PlainText()
-        stages = [d.make(self, reasoning) for d in self._dialects if not (tags_only and d.special_tokens)]
+        stages = [self._watched(d.make(self, reasoning)) for d in self._dialects if not (tags_only and d.special_tokens)]
         return chain(stages) if stages else PlainText()
 
 

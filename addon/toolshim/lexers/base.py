@@ -72,6 +72,39 @@ class Lexer(Protocol):
         """True when nothing is held and text without markers would pass unchanged."""
 
 
+class Activity:
+    """How many lexers of one scope hold something: the scope is idle when none does. Each lexer
+    reports its own changes (`Reporting`), so the answer costs nothing to ask."""
+
+    __slots__ = ("busy",)
+
+    def __init__(self) -> None:
+        self.busy = 0
+
+    @property
+    def idle(self) -> bool:
+        return self.busy == 0
+
+
+class Reporting:
+    """A lexer that knows whether it is idle (nothing held; text without markers would pass
+    unchanged) and reports each change to its scope's `Activity`, when it has one."""
+
+    idle = True
+    activity: Activity | None = None
+
+    def _report(self, idle: bool) -> None:
+        if idle != self.idle:
+            self.idle = idle
+            if self.activity is not None:
+                self.activity.busy += -1 if idle else 1
+
+    def watched_by(self, activity: Activity) -> None:
+        self.activity = activity
+        if not self.idle:
+            activity.busy += 1
+
+
 @dataclass(slots=True, frozen=True, eq=False)
 class Marker:
     """A literal marker and the role it plays in its dialect. Compared and hashed by identity:

@@ -90,6 +90,7 @@ from .base import (
     CallEnd,
     Marker,
     ReasoningEnd,
+    Reporting,
     Segment,
     Text,
     excerpt,
@@ -159,7 +160,7 @@ _PARAMETER_ATTRS = re.compile(r'\s+name="([^"]*)"(?:\s+string="(true|false)")?\s
 _NOT_SPACE = re.compile(r"\S")
 
 
-class DeepSeekLexer:
+class DeepSeekLexer(Reporting):
     """Incremental lexer for one channel of one choice (see the module docstring)."""
 
     def __init__(self, scope: CallScope, *, max_held: int = 1 << 20, reasoning: bool = False) -> None:
@@ -199,15 +200,13 @@ class DeepSeekLexer:
         self._name = ""
         self._args_sent = False
 
-    @property
-    def idle(self) -> bool:
-        return self._pass_through or (self._state == TEXT and not self._buf and not self._ws and self._lead == KEEP)
-
     def feed(self, text: str) -> list[Segment]:
         if self._pass_through:
             return [Text(text)] if text else []
         self._buf += text
-        return self._run(final=False)
+        out = self._run(final=False)
+        self._report(self._state == TEXT and not self._buf and not self._ws and self._lead == KEEP)
+        return out
 
     def finish(self) -> list[Segment]:
         if self._pass_through:
@@ -237,6 +236,7 @@ class DeepSeekLexer:
         if not self._made_call:
             self._show(out, "")  # a section nothing came of: its markup, as written
         self._reset()
+        self._report(True)
         return out
 
     # -- scanning ------------------------------------------------------------------------------

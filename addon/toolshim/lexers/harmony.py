@@ -79,6 +79,7 @@ from .base import (
     Marker,
     ReasoningEnd,
     ReasoningText,
+    Reporting,
     Segment,
     Text,
     excerpt,
@@ -127,7 +128,7 @@ _STRING_STOP = re.compile(r'["\\]')
 _VALUE_STOP = re.compile(r'[{}\[\]"]')
 
 
-class HarmonyLexer:
+class HarmonyLexer(Reporting):
     """Incremental lexer for one channel of one choice (see the module docstring)."""
 
     def __init__(self, scope: CallScope, *, max_held: int = 1 << 20, stripped: bool = False) -> None:
@@ -161,13 +162,11 @@ class HarmonyLexer:
         self._in_string = False
         self._escape = False
 
-    @property
-    def idle(self) -> bool:
-        return self._state == TEXT and not self._buf and not self._ws and self._lead == KEEP
-
     def feed(self, text: str) -> list[Segment]:
         self._buf += text
-        return self._run(final=False)
+        out = self._run(final=False)
+        self._report(self._state == TEXT and not self._buf and not self._ws and self._lead == KEEP)
+        return out
 
     def finish(self) -> list[Segment]:
         out: list[Segment] = []
@@ -192,6 +191,7 @@ class HarmonyLexer:
             self._show(out, "".join(self._raw) + fragment)
         # REASONING, CONTENT: a body cut off is what it is; only the marker fragment goes.
         self._reset()
+        self._report(True)
         return out
 
     # -- scanning ------------------------------------------------------------------------------

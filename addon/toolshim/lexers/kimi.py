@@ -34,6 +34,7 @@ from .base import (
     CallEnd,
     Marker,
     ReasoningEnd,
+    Reporting,
     Segment,
     Text,
     excerpt,
@@ -150,7 +151,7 @@ class KimiCallNamer:
         return self.scope.claim_id(call_id)
 
 
-class KimiLexer:
+class KimiLexer(Reporting):
     """Incremental lexer for one channel of one choice (see the module docstring)."""
 
     def __init__(self, namer: KimiCallNamer, *, reasoning: bool = False, max_held: int = 1 << 20) -> None:
@@ -169,10 +170,6 @@ class KimiLexer:
         self._held_args: list[str] = []  # INFER: arguments kept until the name is known
         self._held_size = 0
 
-    @property
-    def idle(self) -> bool:
-        return self._state == TEXT and not self._buf and self._leading_ws == KEEP
-
     def feed(self, text: str) -> list[Segment]:
         if self._state == ARGS and self._args_sent and not self._buf and text and "<" not in text and not text[-1].isspace():
             # The bulk of a tool-call stream. Arguments with no `<` (every marker starts with
@@ -180,7 +177,9 @@ class KimiLexer:
             # what `_run` makes of them, without its search.
             return [CallArgs(text)]
         self._buf += text
-        return self._run(final=False)
+        out = self._run(final=False)
+        self._report(self._state == TEXT and not self._buf and self._leading_ws == KEEP)
+        return out
 
     def finish(self) -> list[Segment]:
         if self._state != TEXT:
@@ -193,6 +192,7 @@ class KimiLexer:
             self._release_call_as_text(out)
         elif self._state in (ARGS, INFER):
             self._close_call(out, closing_marker="")
+        self._report(self._state == TEXT and not self._buf and self._leading_ws == KEEP)
         return out
 
     # -- scanning ------------------------------------------------------------------------------

@@ -242,9 +242,8 @@ class LlamaLexer(UnitLexer):
         super()._reset()
         self._at_start = self._bare_json
 
-    @property
-    def idle(self) -> bool:
-        return not self._at_start and super().idle
+    def _idle_now(self) -> bool:
+        return not self._at_start and super()._idle_now()
 
     def _scan_text(self, buf: str, pos: int, out: list[Segment], final: bool) -> int | None:
         if self._at_start:

@@ -14,8 +14,8 @@ States (`_state`):
     START   --an opening tag first------> THINK    (the tag and whitespace before it dropped)
     START   --anything else-------------> CONTENT
     THINK   --a closing tag-------------> CONTENT  (the tag and the whitespace after it dropped)
-    THINK   --a tool-call section begins-> CONTENT  (Kimi, DeepSeek, Mistral when they run: the
-                                                    call ends the reasoning; the marker goes on
+    THINK   --a tool-call section begins-> CONTENT  (the dialects that run and end reasoning,
+                                                    registry `ends_reasoning`: the call ends it; the marker goes on
                                                     as content, for the call dialects)
     CONTENT: everything is content, tags included (code and arguments may hold them)
 
@@ -27,7 +27,7 @@ Only a possible tag prefix is ever held back, as in every dialect.
 
 from __future__ import annotations
 
-from .base import Lexer, Marker, ReasoningText, Segment, Text, find_marker
+from .base import Lexer, Marker, ReasoningText, Reporting, Segment, Text, find_marker
 
 OPEN, CLOSE, TOOLS = "open", "close", "tools"
 _PAIRS = {
@@ -37,22 +37,15 @@ _PAIRS = {
     "<seed:think>": "</seed:think>",
     "[THINK]": "[/THINK]",
 }
-# Markup that starts tool calls, by dialect: a model that calls a tool is done reasoning (vLLM's
-# kimi_k2 reasoning parser and SGLang treat the section begin as an implicit `</think>`). Only
-# the markers of the dialects that run for the model count.
-TOOL_STARTS = {
-    "kimi": ("<|tool_calls_section_begin|>", "<|tool_call_begin|>"),
-    "deepseek": ("<｜tool▁calls▁begin｜>", "<｜tool▁call▁begin｜>", "<｜DSML｜function_calls>", "<｜DSML｜tool_calls>"),
-    "mistral": ("[TOOL_CALLS]",),
-}
-
+# Every spelling, opening and closing (the SSE layer's fast path looks for them too).
+REASONING_TAGS = tuple(_PAIRS) + tuple(_PAIRS.values())
 _OPEN_MARKERS = tuple(Marker(t, OPEN) for t in _PAIRS)
 _CLOSE_MARKERS = tuple(Marker(t, CLOSE) for t in _PAIRS.values())
 
 START, CONTENT, THINK = "start", "content", "think"
 
 
-class ThinkLexer:
+class ThinkLexer(Reporting):
     """Splits one content channel into reasoning and content (see the module docstring).
 
     A reasoning block opens only at the start of the content (leading whitespace aside): that
@@ -65,6 +58,7 @@ class ThinkLexer:
         self._think_markers = _CLOSE_MARKERS + tuple(Marker(t, TOOLS) for t in tool_starts)
         self._started = started  # content was already sent before this lexer saw any
         self._reset()
+        self._report(self._idle_now())
 
     def _reset(self) -> None:
         self._state = THINK if self._preopened else CONTENT if self._started else START
@@ -72,17 +66,19 @@ class ThinkLexer:
         self._buf = ""
         self._drop_ws = False  # after a closing tag: the blank lines that follow are layout
 
-    @property
-    def idle(self) -> bool:
+    def _idle_now(self) -> bool:
         return self._state == CONTENT and not self._buf and not self._drop_ws
 
     def feed(self, text: str) -> list[Segment]:
         self._buf += text
-        return self._run(final=False)
+        out = self._run(final=False)
+        self._report(self._idle_now())
+        return out
 
     def finish(self) -> list[Segment]:
         out = self._run(final=True)
         self._reset()
+        self._report(self._idle_now())
         return out
 
     def _run(self, final: bool) -> list[Segment]:

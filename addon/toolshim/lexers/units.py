@@ -11,7 +11,7 @@ import re
 from typing import Callable
 
 from ..calls import CallScope
-from .base import CallArgs, CallBegin, CallEnd, Marker, Segment, Text, find_marker
+from .base import CallArgs, CallBegin, CallEnd, Marker, Reporting, Segment, Text, find_marker
 from ..judge import Calls, ToolCallJudge
 
 TEXT, AFTER = "text", "after"
@@ -110,7 +110,7 @@ class JsonScanner:
 # -- the shared engine ------------------------------------------------------------------------
 
 
-class UnitLexer:
+class UnitLexer(Reporting):
     """Text streams live; a unit of markup is held until a verdict makes it calls or text.
 
     Subclasses give `markers` (what opens a section in TEXT), a handler per state of theirs,
@@ -141,6 +141,7 @@ class UnitLexer:
             **self._dialect_handlers(),
         }
         self._reset()
+        self._report(self._idle_now())
 
     # -- what subclasses give ------------------------------------------------------------------
 
@@ -179,8 +180,7 @@ class UnitLexer:
         self._size = 0
         self._reset_unit()
 
-    @property
-    def idle(self) -> bool:
+    def _idle_now(self) -> bool:
         return self._state == TEXT and not self._tail
 
     def feed(self, text: str) -> list[Segment]:
@@ -189,6 +189,7 @@ class UnitLexer:
         out: list[Segment] = []
         buf, self._tail = self._tail + text, ""
         self._run(buf, out, final=False)
+        self._report(self._idle_now())
         return out
 
     def finish(self) -> list[Segment]:
@@ -201,6 +202,7 @@ class UnitLexer:
             if self._state == AFTER and not self._after_call:
                 self._emit(out, self._pad)
         self._reset()
+        self._report(self._idle_now())
         return out
 
     def _run(self, buf: str, out: list[Segment], final: bool) -> None:

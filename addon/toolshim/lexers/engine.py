@@ -1,91 +1,30 @@
-"""Tool-call markup of the XML-like dialects: Qwen3-Coder / Qwen3.5, GLM-4.5 to 4.7, MiniMax-M2.
+"""The dialect engine: one incremental lexer that reads any dialect described by a `Spec`.
 
-    Qwen3-Coder, Qwen3.5 (`QwenXmlLexer`)    GLM-4.5 / 4.6 (`GlmLexer`)    MiniMax-M2 (`MiniMaxLexer`)
-      <tool_call>                              <tool_call>get_weather         <minimax:tool_call>
-      <function=get_weather>                   <arg_key>city</arg_key>        <invoke name="get_weather">
-      <parameter=city>                         <arg_value>Oslo</arg_value>    <parameter name="city">Oslo</parameter>
-      Oslo                                     </tool_call>                   </invoke>
-      </parameter>                                                            </minimax:tool_call>
-      </function>                            GLM-4.7 writes the same without
-      </tool_call>                           the newlines; `<tool_call>NAME\n</tool_call>` is `{}`.
+A spec names the markers that open a block in text and the kind of its body (`JsonCalls`,
+`XmlParams`, `KeyValues`, with the strings of the dialect); `lexer(spec, scope)` makes the lexer
+that reads it. What every dialect shares is here once:
 
-Accepted as well: Qwen's `<function=...>` without the `<tool_call>` wrapper, several functions in
-one wrapper, a `</parameter>` left out (the next `<parameter=` opening a line, or `</function>`,
-closes the value); several `<invoke>` in one MiniMax block; a wrapper left open when the next
-block begins or the text ends after a complete function.
+* Text outside blocks streams live; only a possible beginning of an opening marker is held
+  (`find_marker`).
+* A block is held, as written, until it closes; then the judge decides (declared names, strict
+  schemas, `scope.admit_all`): calls, or the block shown as text exactly as written. A block
+  that turns out not to be this dialect's (`<tool_call>` then something else) is released at
+  once. All or nothing: a block shown as text cannot lose a part of itself.
+* Padding: whitespace right before an opening marker that is still unsent when the marker is
+  read belongs to the block (unsent: in the same piece, or held after a call or in front of a
+  possible marker); whitespace sent earlier stays sent. After a block that became calls,
+  whitespace is held: prose that follows gets it back in front, a next block takes it as its
+  padding, the end of the text drops it. A block that becomes calls drops its padding; a block
+  that stays text shows it.
+* The cap: `max_held` counts every character of a block, markers included; the block is
+  released at the same character however the text was split (no step reads past the cap).
+* Guarded closers: a body reader may read a closer and then wait for what follows it (PEND)
+  before it counts; the look-ahead is at most one tag.
+* Without declared tools nothing can be a call: everything passes through at once.
 
-Values are raw text, typed by the tool's JSON Schema for that property (`coerce_value`); Qwen and
-MiniMax values lose one leading and one trailing newline, GLM values are taken as written. The
-arguments are compact JSON of the object built, keys in order of appearance.
-
-Rules shared with the `<tool_call>` JSON dialect (hermes.py): text outside blocks streams live
-(only a possible beginning of a marker is held); a block is held until it closes and then judged
-as a whole: it becomes calls only when every name is a declared tool, strict tools' arguments
-validate against their parameters (STRICT_FAILURE otherwise; non-strict: SCHEMA_MISMATCH, emitted
-anyway) and `scope.admit_all` agrees; otherwise the block is shown as text exactly as written.
-Whitespace follows hermes.py's padding rules: whitespace before a block that is unsent when the
-block's marker is read, and whitespace between blocks that became calls, is dropped with them;
-around text it is kept exactly. Without declared tools the lexers pass everything through.
-
-Sharing `<tool_call>` (Hermes JSON, Qwen XML and GLM all open with it). Each lexer decides at the
-first character after the tag and its whitespace, and when it is not its own it releases the tag
-and what it held as Text at once, exactly as written, then reads on as text:
-
-    Hermes (HermesLexer): `{` or `[`    Qwen: `<function=`    GLM: a name character
-    (letter, digit, `_ . : / -`).
-
-The three sets are disjoint, so in a `ChainLexer` each block reaches the lexer that owns it
-intact, in any order, and a lexer never holds another dialect's block longer than its tag plus
-whitespace. The recommended order still puts HermesLexer first: the XML lexers do not follow
-JSON strings, and a JSON string of a Hermes block could hold markup that looks like an XML call
-(the reverse, a Qwen value holding a whole Hermes block, is the same rare hazard the other way).
-
-Qwen and MiniMax (`_ElementLexer`), states (`_state`) and what moves between them:
-
-    TEXT   --wrapper tag (`<tool_call>`, `<minimax:tool_call>`)-->  WRAP
-    TEXT   --`<function=` (Qwen only: no wrapper, "bare")------->  NAME (of the function)
-    WRAP   --whitespace-->  WRAP;  --function tag-->  NAME;  --wrapper end, calls made-->  TEXT (verdict)
-    WRAP   --next wrapper tag, calls made-->  TEXT (verdict as if closed; the next block begins)
-    WRAP   --anything else-->  TEXT (the block is released as text at once)
-    NAME   --`>`-->  BODY (a function) / VALUE (a parameter);  --a character no name has-->  TEXT (released)
-    BODY   --whitespace-->  BODY;  --parameter tag-->  NAME;  --function end-->  WRAP (bare: TEXT, verdict)
-    BODY   --anything else-->  TEXT (released: `use <function=NAME> tags` is prose)
-    VALUE  --`</parameter>`-->  PEND (after-parameter);  --`</function>`-->  PEND (after-function)
-    VALUE  --`<parameter=` opening a line-->  NAME (implicit; see below)
-    PEND   --whitespace-->  PEND
-    PEND   --a tag that may follow the closer-->  confirmed: the value ends where the closer began
-    PEND   --anything else-->  VALUE (the closer was part of the value)
-    VALUE, NAME, BODY, WRAP, PEND  --more than `max_held` characters held-->  TEXT (released)
-    finish: WRAP after a complete function, or PEND after `</function>`: verdict; else text.
-
-Values are not escaped, so a value may hold the dialect's own tags (a file being written that
-documents them). A closer counts only when what follows it fits: `</parameter>` then whitespace
-then `<parameter=`, `</function>` or the wrapper end; `</function>` then the wrapper end, the next
-function or the next wrapper (bare: at once). Opening tags that begin a line inside a value open
-literal elements, counted per kind, whose closers are literal too: a whole example call inside a
-value stays in the value, and a stray literal `<parameter=` line cannot hide the real
-`</function>` (the `</parameter>` it swallowed is then trimmed off the value, as vLLM does). A
-`<parameter=NAME>` beginning a line outside literal elements closes the value (the missing
-`</parameter>`) when NAME is a property of the tool not yet given (any name not yet given when the
-tool has no properties); otherwise it opens a literal element. Every character is scanned once,
-plus a look-ahead of at most one tag (20 characters) at `<`; names are read incrementally.
-
-GLM (`GlmLexer`):
-
-    TEXT   --`<tool_call>`-->  HEAD  --whitespace-->  HEAD;  --name character-->  NAME;  --else-->  TEXT (released)
-    NAME   --name characters-->  NAME;  --anything else-->  AFTER_NAME
-    AFTER_NAME  --whitespace-->  AFTER_NAME;  --`<arg_key>`-->  KEY;  --`</tool_call>`-->  TEXT (verdict, `{}`)
-    AFTER_NAME  --anything else-->  TEXT (released)
-    KEY    --text-->  KEY;  --`</arg_key>`-->  KV;  --any other `<`-->  TEXT (released)
-    KV     --whitespace-->  KV;  --`<arg_value>`-->  VALUE;  --else-->  TEXT (released)
-    VALUE  --`</arg_value>`-->  PEND
-    PEND   --whitespace-->  PEND;  --`<arg_key>`-->  KEY;  --`</tool_call>`-->  TEXT (verdict)
-    PEND   --`<tool_call>`-->  TEXT (verdict as if closed; the next block begins)
-    PEND   --anything else-->  VALUE (the `</arg_value>` was part of the value)
-    finish: PEND (every value closed): verdict; else text.  Cap as above.
-
-Cap: `max_held` counts every character of a block, tags included; the block is released at the
-same character however the text was split (the scan never runs past the cap).
+Each body kind is a subclass of `BlockLexer` that reads the body with one step per state; a step
+reads `buf` from a position up to `limit` and returns where reading goes on, or None: it waits
+for more text (`_wait`). Every character of a block is read once, plus a bounded look-ahead.
 """
 
 from __future__ import annotations
@@ -96,22 +35,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..calls import SCHEMA_MISMATCH, STRICT_FAILURE, UNKNOWN_NAME, CallScope
-from .base import CallArgs, CallBegin, CallEnd, Marker, Segment, Text, excerpt, find_marker
 from ..judge import ToolCallJudge, _properties, coerce_value, compact_json
-
-MAX_NAME = 256  # a function, parameter or key name longer than this is not a name
+from .base import CallArgs, CallBegin, CallEnd, Marker, Reporting, Segment, Text, TextPieces, excerpt, find_marker
+from .units import CLOSED, MORE, JsonScanner
 
 TEXT = "text"
+MAX_NAME = 256  # a function, parameter or key name longer than this is not a name
 _WS = re.compile(r"\s*")
+_PARTIAL = object()  # what `match_tag` returns when more text is needed to tell
 
 
-# -- what every block dialect shares ------------------------------------------------------------
-
-
-_PARTIAL = object()  # what `_match_tag` returns when more text is needed to tell
-
-
-def _match_tag(buf: str, j: int, limit: int, tags: tuple[str, ...]) -> Any:
+def match_tag(buf: str, j: int, limit: int, tags: tuple[str, ...]) -> Any:
     """The tag of `tags` at `buf[j]` (before `limit`), `_PARTIAL`, or None."""
     for tag in tags:
         if buf.startswith(tag, j, limit):
@@ -123,77 +57,128 @@ def _match_tag(buf: str, j: int, limit: int, tags: tuple[str, ...]) -> Any:
     return None
 
 
-@dataclass(slots=True)
-class _Param:
-    """A parameter of a call: its name and where its value lies in the block's text."""
+# -- specs -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class JsonCalls:
+    """A JSON call object `{"name", "arguments"}` or a list of them, between `open` and `close`."""
+
+    open: str
+    close: str
+
+
+@dataclass(frozen=True, slots=True)
+class XmlParams:
+    """Function elements holding parameter elements, optionally in a wrapper, typed by schema."""
+
+    wrap: tuple[str, str]
+    function: tuple[str, str]  # the opening tag up to the name, and the closer
+    parameter: tuple[str, str]
+    bare: bool = False  # a function without the wrapper is a block too
+    function_name_stop: str = r"[<>\n]"  # characters that end (`>`) or spoil a name
+    parameter_name_stop: str = r"[<>\n]"
+    quoted_names: bool = False  # `name="NAME"`: the quotes come off
+
+
+@dataclass(frozen=True, slots=True)
+class KeyValues:
+    """A name right after the opening tag, then key / value pairs up to the closer."""
+
+    open: str
+    close: str
+    key: tuple[str, str]
+    value: tuple[str, str]
+    name_chars: str = r"[\w.:/-]"
+
+
+Body = JsonCalls | XmlParams | KeyValues
+
+
+@dataclass(frozen=True, slots=True)
+class Spec:
+    """A dialect the engine reads: its name (for notes and counters) and its body."""
 
     name: str
-    start: int
-    end: int
-    trim_close: bool = False  # ended by `</function>`: a `</parameter>` just before it is markup
+    body: Body
+    opens: tuple[Marker, ...] = field(init=False)  # what opens a block in text
+
+    def __post_init__(self) -> None:
+        body = self.body
+        if isinstance(body, XmlParams):
+            opens = (Marker(body.wrap[0], "wrap"),) + ((Marker(body.function[0], "bare"),) if body.bare else ())
+        else:
+            opens = (Marker(body.open, "open"),)
+        object.__setattr__(self, "opens", opens)
+
+    @property
+    def starts(self) -> tuple[str, ...]:
+        """The markers that may begin this dialect's markup."""
+        return tuple(m.text for m in self.opens)
 
 
-@dataclass(slots=True)
-class _Call:
-    name: str
-    params: list[_Param] = field(default_factory=list)
+def lexer(spec: Spec, scope: CallScope, *, max_held: int = 1 << 20) -> BlockLexer:
+    """The lexer of one channel for `spec`."""
+    kind = {JsonCalls: JsonCallsLexer, XmlParams: XmlParamsLexer, KeyValues: KeyValuesLexer}[type(spec.body)]
+    return kind(spec, scope, max_held=max_held)
 
+
+# -- the engine --------------------------------------------------------------------------------
 
 Step = Callable[[str, int, int, list[Segment]], "int | None"]
 
 
-class _BlockLexer:
-    """Text streaming, padding, holding a block and judging it: everything but the grammar.
+class BlockLexer(Reporting):
+    """Text, padding, holding a block, the cap and the verdict: everything but the body's grammar."""
 
-    A dialect gives its opening markers (`_OPENERS`), starts a block in `_begin_block`, and
-    scans it with one step per state (`_steps`). A step reads `buf` from a position up to
-    `limit` (the cap) and returns where scanning goes on: in the block (the state changed), in
-    TEXT (the block was closed or released), or None: it waits for more text (`_wait`).
-    """
+    _STRIP_NEWLINES = True
 
-    _OPENERS: tuple[Marker, ...] = ()
-    _STRIP_NEWLINES = True  # one leading and one trailing newline of each value are markup
-    _PARAM_CLOSE = ""  # trimmed off values ended by an implicit close (see `_Param.trim_close`)
-
-    def __init__(self, scope: CallScope, *, max_held: int = 1 << 20) -> None:
+    def __init__(self, spec: Spec, scope: CallScope, *, max_held: int = 1 << 20) -> None:
+        self.spec = spec
+        self._body = spec.body
+        self._opens = spec.opens
         self._scope = scope
-        self._judge = ToolCallJudge(scope)  # its validator cache and INVALID_SCHEMA notes
+        self.judge = ToolCallJudge(scope)  # its validator cache and INVALID_SCHEMA notes
         self._max_held = max_held
         # Without declared tools no block can be a call: nothing is held, nothing is scanned.
         self._pass_through = not scope.tools
+        self.examined = 0  # characters of JSON bodies examined by the scanner, over the lexer's life
         self._steps: dict[str, Step] = self._step_table()
         self._reset()
 
     def _step_table(self) -> dict[str, Step]:
         raise NotImplementedError
 
-    def _begin_block(self, kind: str) -> None:
+    def _begin(self, kind: str) -> None:
+        """An opening marker of `kind` was read: the body's first state."""
         raise NotImplementedError
 
-    def _complete_at_end(self) -> bool:
-        """At `finish()`: are the block's calls complete enough to be judged?"""
+    def _reset_body(self) -> None:
         raise NotImplementedError
 
-    def _reset_grammar(self) -> None:
+    def _verdict(self, text: str) -> list[tuple[str, str]] | None:
+        """(name, arguments) of the calls of the block `text`, admitted; None: it is text."""
         raise NotImplementedError
+
+    def _finish_block(self, out: list[Segment], tail: str) -> None:
+        """The text ended inside a block (`tail`: unread, a possible tag cut short)."""
+        self._release(out, tail)
 
     def _reset(self) -> None:
         self._state = TEXT
         self._tail = ""  # unread text: a possible beginning of a marker or tag
-        self._pad = ""  # whitespace held in TEXT (hermes.py's padding rules)
+        self._pad = ""  # whitespace held in TEXT (padding, see the module docstring)
         self._after_call = False  # the last thing out was a call: whitespace is held
         self._reset_block()
 
     def _reset_block(self) -> None:
         self._block_pad = ""  # the padding in front of the current block's marker
-        self._raw: list[str] = []  # the block as written, marker included
-        self._size = 0  # its length: offsets of values are counted in it
+        self._raw = TextPieces()  # the block as written, marker included
+        self._size = 0  # its length: offsets into the block are counted in it
         self._last = ""  # its last character (does a tag open a line?)
-        self._calls: list[_Call] = []
-        self._reset_grammar()
+        self._reset_body()
 
-    @property
-    def idle(self) -> bool:
+    def _idle_now(self) -> bool:
         return self._state == TEXT and not self._tail and not self._pad and not self._after_call
 
     def feed(self, text: str) -> list[Segment]:
@@ -202,6 +187,7 @@ class _BlockLexer:
         out: list[Segment] = []
         buf, self._tail = self._tail + text, ""
         self._run(buf, out, final=False)
+        self._report(self._state == TEXT and not self._tail and not self._pad and not self._after_call)
         return out
 
     def finish(self) -> list[Segment]:
@@ -209,19 +195,15 @@ class _BlockLexer:
         tail, self._tail = self._tail, ""
         if self._state == TEXT:
             self._run(tail, out, final=True)
-        elif self._complete_at_end():
-            # vLLM accepts a block left open at the end. A tag cut short at the end is part of
-            # the markup: it goes with the block (dropped with its calls, shown with its text).
-            self._take(tail, 0, len(tail))
-            self._close(out, 0)
-        else:  # nothing complete was a call: everything held is text, nothing lost
-            self._release(out, tail)
+        else:
+            self._finish_block(out, tail)
         if not self._after_call:
             self._emit(out, self._pad)
         self._reset()
+        self._report(True)
         return out
 
-    # -- scanning ------------------------------------------------------------------------------
+    # -- text --------------------------------------------------------------------------------------
 
     def _run(self, buf: str, out: list[Segment], final: bool) -> None:
         pos: int | None = 0
@@ -237,7 +219,7 @@ class _BlockLexer:
 
     def _scan_text(self, buf: str, pos: int, out: list[Segment], final: bool) -> int | None:
         """TEXT: pass text on; stop at an opening marker, or hold what may still become one."""
-        match = find_marker(buf, pos, self._OPENERS, final)
+        match = find_marker(buf, pos, self._opens, final)
         if match is None:
             self._take_text(buf[pos:], out, before_tag=False)
             return None
@@ -248,7 +230,7 @@ class _BlockLexer:
         self._block_pad, self._pad = self._pad, ""
         end = match.pos + len(match.marker.text)
         self._take(buf, match.pos, end)
-        self._begin_block(match.marker.kind)
+        self._begin(match.marker.kind)
         return end
 
     def _take_text(self, text: str, out: list[Segment], before_tag: bool) -> None:
@@ -266,6 +248,8 @@ class _BlockLexer:
             self._emit(out, self._pad)
             self._pad = ""
             self._after_call = False
+
+    # -- holding -----------------------------------------------------------------------------------
 
     def _take(self, buf: str, start: int, end: int) -> None:
         """`buf[start:end]` becomes part of the held block."""
@@ -287,31 +271,44 @@ class _BlockLexer:
         self._tail = buf[j:]
         return None
 
-    # -- leaving a block -----------------------------------------------------------------------
+    # -- leaving a block ---------------------------------------------------------------------------
 
-    def _close(self, out: list[Segment], pos: int) -> int:
-        """The block ended: its calls if the verdict allows them, else its text. TEXT at `pos`."""
-        text = "".join(self._raw)
-        calls = self._verdict(text) if self._calls else None
+    def _close(self, out: list[Segment], pos: int, closing: str = "", implied: bool = False) -> int:
+        """The block ended (by `closing`, not held, or `implied` by what follows: whitespace at
+        its end then pads what comes next): its calls, else its text. TEXT at `pos`."""
+        text = self._raw.text()
+        trailing = ""
+        if implied:
+            body = text.rstrip()
+            text, trailing = body, text[len(body) :]
+        calls = self._verdict(text)
         if calls:
+            scope = self._scope
             for name, arguments in calls:
-                out.append(CallBegin(self._scope.mint_call_id(), name))
+                out.append(CallBegin(scope.mint_call_id(), name))
                 out.append(CallArgs(arguments))
                 out.append(CallEnd())
             self._after_call = True
         else:
-            self._emit(out, self._block_pad + text)
+            self._emit(out, self._block_pad + text + closing)
             self._after_call = False
         self._state = TEXT
         self._reset_block()
+        self._pad = trailing
         return pos
 
-    def _release(self, out: list[Segment], rest: str = "") -> None:
+    def _release(self, out: list[Segment], rest: str = "", implied: bool = False) -> None:
         """The block is not a call: everything held goes out as text, nothing lost."""
-        self._emit(out, self._block_pad + "".join(self._raw) + rest)
+        text = self._raw.text()
+        trailing = ""
+        if implied:
+            body = text.rstrip()
+            text, trailing = body, text[len(body) :]
+        self._emit(out, self._block_pad + text + rest)
         self._after_call = False
         self._state = TEXT
         self._reset_block()
+        self._pad = trailing
 
     def _reject(self, out: list[Segment], pos: int) -> int:
         """Not this dialect's block after all: release it at once, read on as text at `pos`."""
@@ -323,14 +320,149 @@ class _BlockLexer:
         if text:
             out.append(Text(text))
 
-    # -- the verdict ---------------------------------------------------------------------------
+
+# -- JSON call objects (Hermes) ------------------------------------------------------------------
+
+OPEN, JSON = "open", "json"
+
+
+class JsonCallsLexer(BlockLexer):
+    """`<tool_call>` whitespace, then `{` or `[` (else not a call, released at once), then a JSON
+    value followed through strings, escapes and depth. The block ends at the closer outside
+    strings; at the next opener outside strings (a complete value is judged as if closed, an
+    incomplete one is text); or at the end of the text (a complete value is judged). "Complete":
+    the top-level value closed and only whitespace follows it. A `<` outside strings looks ahead
+    at most one closer's length."""
+
+    def _step_table(self) -> dict[str, Step]:
+        self._scanner = JsonScanner(stops="<")
+        return {OPEN: self._step_open, JSON: self._step_json}
+
+    def _reset_body(self) -> None:
+        self._scanner.reset()
+        self._value_end = -1  # size at which the top-level value closed, -1 while it is open
+
+    def _begin(self, kind: str) -> None:
+        self._state = OPEN
+
+    def _room(self, pos: int, n: int) -> int:
+        return min(n, pos + max(0, self._max_held - self._size) + 1)
+
+    def _step_open(self, buf: str, pos: int, limit: int, out: list[Segment]) -> int | None:
+        """OPEN: whitespace after the tag is held; the next character decides."""
+        end = _WS.match(buf, pos, self._room(pos, len(buf))).end()
+        self._take(buf, pos, end)
+        if self._size > self._max_held:
+            self._release(out)
+            return end
+        if end == len(buf):
+            return None
+        if buf[end] in "{[":
+            self._state = JSON
+            return end
+        # A model explaining the syntax: show the tag now, so that its prose streams live.
+        return self._reject(out, end)
+
+    def _step_json(self, buf: str, pos: int, limit: int, out: list[Segment]) -> int | None:
+        body = self._body
+        n = len(buf)
+        limit = self._room(pos, n)
+        i = pos
+        while i < limit:
+            j, what = self._scanner.scan(buf, i, limit)
+            self.examined += j - i
+            if what == MORE:
+                i = j
+                break
+            if what == CLOSED:
+                if self._value_end < 0:
+                    self._value_end = self._size + j - pos
+                i = j
+                continue
+            # "<" outside strings: maybe a tag
+            self.examined += min(len(body.close), n - j)
+            if buf.startswith(body.close, j):
+                self._take(buf, pos, j)
+                return self._close(out, j + len(body.close), closing=body.close)
+            if buf.startswith(body.open, j):  # the closer is missing: the next block begins
+                self._take(buf, pos, j)
+                if self._complete():
+                    return self._close(out, j, implied=True)
+                self._release(out, implied=True)
+                return j
+            if n - j < len(body.close) and (body.close.startswith(buf[j:]) or body.open.startswith(buf[j:])):
+                self._take(buf, pos, j)
+                self._tail = buf[j:]
+                return None
+            i = j + 1
+        self._take(buf, pos, i)
+        if self._size > self._max_held:
+            self._release(out)
+            return i
+        return None
+
+    def _complete(self) -> bool:
+        return self._value_end >= 0 and not self._raw.text()[self._value_end :].strip()
+
+    def _finish_block(self, out: list[Segment], tail: str) -> None:
+        if self._state == JSON and self._complete():
+            # vLLM accepts a block left open until the end. A tag cut in half at the end is
+            # part of the markup: it goes with the block.
+            self._close(out, 0, implied=True)
+            if not self._after_call:
+                self._emit(out, self._pad + tail)
+                self._pad = ""
+        else:  # OPEN, or a value cut short: nothing was a call, nothing is lost
+            self._release(out, tail)
 
     def _verdict(self, text: str) -> list[tuple[str, str]] | None:
-        """(name, arguments JSON) of every call of the block, admitted; None: the block is text.
+        calls = self.judge.verdict(text[len(self._body.open) :])
+        return [(call.name, call.arguments) for call in calls] if calls else None
 
-        All or nothing, like a list in a `<tool_call>` JSON block: a block shown as text cannot
-        lose a part of itself. Problems are noted as the JSON dialect notes them.
-        """
+
+# -- held calls with parameters: what XmlParams and KeyValues share ------------------------------
+
+
+@dataclass(slots=True)
+class _Param:
+    """A parameter of a call: its name and where its value lies in the block's text."""
+
+    name: str
+    start: int
+    end: int
+    trim_close: bool = False  # ended by the function's closer: a parameter closer before it is markup
+
+
+@dataclass(slots=True)
+class _Call:
+    name: str
+    params: list[_Param] = field(default_factory=list)
+
+
+class _ParamsLexer(BlockLexer):
+    """Calls built from named raw values, typed by the tool's schema (`coerce_value`)."""
+
+    _PARAM_CLOSE = ""  # trimmed off values ended by the function's closer
+
+    def _reset_body(self) -> None:
+        self._calls: list[_Call] = []
+
+    def _complete_at_end(self) -> bool:
+        raise NotImplementedError
+
+    def _finish_block(self, out: list[Segment], tail: str) -> None:
+        if self._complete_at_end():
+            # vLLM accepts a block left open at the end. A tag cut short at the end is part of
+            # the markup: it goes with the block (dropped with its calls, shown with its text).
+            self._take(tail, 0, len(tail))
+            self._close(out, 0)
+        else:  # nothing complete was a call: everything held is text, nothing lost
+            self._release(out, tail)
+
+    def _verdict(self, text: str) -> list[tuple[str, str]] | None:
+        """All or nothing, like a list in a JSON block; problems noted as the judge notes them."""
+        if not self._calls:
+            return None
         tools = self._scope.tools
         for call in self._calls:
             if call.name not in tools:
@@ -344,7 +476,7 @@ class _BlockLexer:
             arguments: dict[str, Any] = {}
             for param in call.params:
                 arguments[param.name] = coerce_value(self._value_text(text, param), properties.get(param.name))
-            error = self._judge.schema_error(spec, arguments)
+            error = self.judge.schema_error(spec, arguments)
             if error is not None:
                 if spec.strict:
                     self._scope.note(STRICT_FAILURE, f"{call.name}: {error}")
@@ -370,33 +502,53 @@ class _BlockLexer:
         return value
 
 
-# -- Qwen3-Coder and MiniMax: function elements holding parameter elements ------------------------
+# -- XML parameters (Qwen3-Coder, MiniMax, Seed-OSS) ---------------------------------------------
 
 WRAP, NAME, BODY, VALUE, PEND = "wrap", "name", "body", "value", "pend"
 FUNC, PARAM, IMPLICIT = "function", "parameter", "implicit"  # whose name NAME reads
 
 
-class _ElementLexer(_BlockLexer):
-    """Qwen3-Coder's and MiniMax's grammar, one spelling per subclass (module docstring)."""
+class XmlParamsLexer(_ParamsLexer):
+    """States, and what moves between them:
 
-    _WRAP_OPEN = _WRAP_CLOSE = _FUNC_OPEN = _FUNC_CLOSE = _PARAM_OPEN = ""
-    _FUNC_NAME_STOP: re.Pattern[str]  # characters that end (`>`) or spoil a function name
-    _PARAM_NAME_STOP: re.Pattern[str]
+        TEXT   --wrapper tag-->  WRAP;  --function tag (bare)-->  NAME (of the function)
+        WRAP   --whitespace-->  WRAP;  --function tag-->  NAME;  --wrapper end, calls made-->  TEXT (verdict)
+        WRAP   --next wrapper tag, calls made-->  TEXT (verdict as if closed);  --else-->  TEXT (released)
+        NAME   --`>`-->  BODY (function) / VALUE (parameter);  --a character no name has-->  TEXT (released)
+        BODY   --whitespace-->  BODY;  --parameter tag-->  NAME;  --function end-->  WRAP (bare: verdict)
+        BODY   --anything else-->  TEXT (released: `use <function=NAME> tags` is prose)
+        VALUE  --parameter end / function end-->  PEND;  --parameter tag opening a line-->  NAME (implicit)
+        PEND   --whitespace-->  PEND;  --a tag that may follow the closer-->  the value ends where it began
+        PEND   --anything else-->  VALUE (the closer was part of the value)
+        finish: WRAP after a complete function, or PEND after the function end: verdict; else text.
 
-    def __init__(self, scope: CallScope, *, max_held: int = 1 << 20) -> None:
+    Values are not escaped, so a value may hold the dialect's own tags. A closer counts only when
+    what follows it fits: the parameter end then the next parameter, the function end or the
+    wrapper end; the function end then the wrapper end, the next function or the next wrapper
+    (bare: at once). Opening tags that begin a line inside a value open literal elements,
+    counted per kind, whose closers are literal too. A parameter tag beginning a line outside
+    literal elements closes the value (a missing parameter end) when it names a property of the
+    tool not yet given (any name not yet given when the tool has no properties); otherwise it
+    opens a literal element. One leading and one trailing newline of each value are markup."""
+
+    def _step_table(self) -> dict[str, Step]:
+        b: XmlParams = self._body  # type: ignore[assignment]
+        self._WRAP_OPEN, self._WRAP_CLOSE = b.wrap
+        self._FUNC_OPEN, self._FUNC_CLOSE = b.function
+        self._PARAM_OPEN, self._PARAM_CLOSE = b.parameter
+        self._FUNC_NAME_STOP = re.compile(b.function_name_stop)
+        self._PARAM_NAME_STOP = re.compile(b.parameter_name_stop)
         self._wrap_tags = (self._FUNC_OPEN, self._WRAP_CLOSE, self._WRAP_OPEN)
         self._body_tags = (self._PARAM_OPEN, self._FUNC_CLOSE)
         self._value_tags = (self._PARAM_CLOSE, self._FUNC_CLOSE, self._WRAP_CLOSE, self._PARAM_OPEN, self._FUNC_OPEN, self._WRAP_OPEN)
-        # What may follow a closer for it to count (see the module docstring).
+        # What may follow a closer for it to count.
         self._after_param_wrapped = (self._PARAM_OPEN, self._FUNC_CLOSE, self._WRAP_CLOSE)
         self._after_param_bare = (self._PARAM_OPEN, self._FUNC_CLOSE)
         self._after_function = (self._WRAP_CLOSE, self._FUNC_OPEN, self._WRAP_OPEN)
-        super().__init__(scope, max_held=max_held)
-
-    def _step_table(self) -> dict[str, Step]:
         return {WRAP: self._step_wrap, NAME: self._step_name, BODY: self._step_body, VALUE: self._step_value, PEND: self._step_pend}
 
-    def _reset_grammar(self) -> None:
+    def _reset_body(self) -> None:
+        super()._reset_body()
         self._wrapped = False
         self._properties: dict[str, Any] | None = None  # of the current function's tool
         self._seen: set[str] = set()  # parameters the current function has given
@@ -404,14 +556,14 @@ class _ElementLexer(_BlockLexer):
         self._name_chars = ""
         self._param_name = ""
         self._value_start = 0
-        # Elements of the dialect opened literally inside the current value, per kind: their
-        # closers are literal too. Kept apart so that a stray literal `<parameter=` cannot hide
-        # the real `</function>` (vLLM falls back on it the same way).
+        # Elements opened literally inside the current value, per kind: their closers are
+        # literal too. Kept apart so that a stray literal parameter tag cannot hide the real
+        # function end (vLLM falls back on it the same way).
         self._open_params = self._open_functions = self._open_wraps = 0
         self._pend_kind = PARAM  # which closer PEND is confirming
         self._pend_at = 0  # where that closer began: the value's end if it counts
 
-    def _begin_block(self, kind: str) -> None:
+    def _begin(self, kind: str) -> None:
         self._wrapped = kind == "wrap"
         if self._wrapped:
             self._state = WRAP
@@ -427,16 +579,18 @@ class _ElementLexer(_BlockLexer):
         return False
 
     def _parse_name(self, raw: str) -> str | None:
-        raise NotImplementedError
-
-    # -- states --------------------------------------------------------------------------------
+        if self._body.quoted_names:  # `"NAME"`, `'NAME'` or a bare NAME
+            raw = raw.strip()
+            if len(raw) >= 2 and raw[0] == raw[-1] and raw[0] in "\"'":
+                raw = raw[1:-1]
+        return raw or None
 
     def _step_wrap(self, buf: str, i: int, limit: int, out: list[Segment]) -> int | None:
         """WRAP: between the functions of a wrapper."""
         j = self._skip_ws(buf, i, limit)
         if j == limit:
             return self._wait(buf, j, limit, out)
-        tag = _match_tag(buf, j, limit, self._wrap_tags)
+        tag = match_tag(buf, j, limit, self._wrap_tags)
         if tag is _PARTIAL:
             return self._wait(buf, j, limit, out)
         if tag == self._FUNC_OPEN:
@@ -498,7 +652,7 @@ class _ElementLexer(_BlockLexer):
             self._begin_param(name)
         elif name is not None and name not in self._seen and (self._properties is None or name in self._properties):
             # A parameter the tool has and the call has not given yet: the previous value
-            # lacked its `</parameter>` (vLLM tolerates this).
+            # lacked its closer (vLLM tolerates this).
             self._end_param(trim_close=False)
             self._begin_param(name)
         else:
@@ -524,11 +678,11 @@ class _ElementLexer(_BlockLexer):
         return pos
 
     def _step_body(self, buf: str, i: int, limit: int, out: list[Segment]) -> int | None:
-        """BODY: right after `<function=NAME>`: a parameter or the end of the function."""
+        """BODY: right after the function's name: a parameter or the end of the function."""
         j = self._skip_ws(buf, i, limit)
         if j == limit:
             return self._wait(buf, j, limit, out)
-        tag = _match_tag(buf, j, limit, self._body_tags)
+        tag = match_tag(buf, j, limit, self._body_tags)
         if tag is _PARTIAL:
             return self._wait(buf, j, limit, out)
         if tag is None:  # `use <function=NAME> tags`, Llama's `<function=NAME>{json}`: not ours
@@ -547,7 +701,7 @@ class _ElementLexer(_BlockLexer):
                 self._take(buf, i, limit)
                 return self._wait(buf, limit, limit, out)
             self._take(buf, i, j)
-            tag = _match_tag(buf, j, limit, self._value_tags)
+            tag = match_tag(buf, j, limit, self._value_tags)
             if tag is _PARTIAL:
                 return self._wait(buf, j, limit, out)
             if tag is None:
@@ -588,7 +742,7 @@ class _ElementLexer(_BlockLexer):
                 elif self._open_params or self._open_functions or self._open_wraps:
                     self._open_params += 1
                 else:  # a parameter opening a line, outside any literal element: maybe the
-                    # missing `</parameter>` (decided once its name is read)
+                    # missing parameter end (decided once its name is read)
                     self._pend_at = self._size - len(tag)
                     self._read_name(IMPLICIT)
                     return n
@@ -603,7 +757,7 @@ class _ElementLexer(_BlockLexer):
             tags = self._after_param_wrapped if self._wrapped else self._after_param_bare
         else:
             tags = self._after_function
-        tag = _match_tag(buf, j, limit, tags)
+        tag = match_tag(buf, j, limit, tags)
         if tag is _PARTIAL:
             return self._wait(buf, j, limit, out)
         if tag is None:  # the closer and the whitespace after it are part of the value
@@ -611,7 +765,7 @@ class _ElementLexer(_BlockLexer):
             return j
         n = j + len(tag)
         self._end_param(trim_close=self._pend_kind == FUNC)
-        if tag == self._WRAP_OPEN:  # `</function>`, then the next block: this one is complete
+        if tag == self._WRAP_OPEN:  # the function end, then the next block: this one is complete
             return self._close(out, j)
         self._take(buf, j, n)
         if tag == self._PARAM_OPEN:
@@ -620,100 +774,77 @@ class _ElementLexer(_BlockLexer):
         if tag == self._FUNC_OPEN:
             self._read_name(FUNC)
             return n
-        if tag == self._WRAP_CLOSE:  # `</function>` was missing, or confirmed
+        if tag == self._WRAP_CLOSE:  # the function end was missing, or confirmed
             return self._close(out, n)
-        return self._end_function(out, n)  # `</parameter>` then `</function>`
+        return self._end_function(out, n)  # the parameter end, then the function end
 
 
-class QwenXmlLexer(_ElementLexer):
-    """Qwen3-Coder / Qwen3.5 / Qwen3.6 `<function=NAME><parameter=P>` markup, wrapped or bare."""
+# -- key / value pairs (GLM) ---------------------------------------------------------------------
 
-    _WRAP_OPEN, _WRAP_CLOSE = "<tool_call>", "</tool_call>"
-    _FUNC_OPEN, _FUNC_CLOSE = "<function=", "</function>"
-    _PARAM_OPEN, _PARAM_CLOSE = "<parameter=", "</parameter>"
-    _OPENERS = (Marker("<tool_call>", "wrap"), Marker("<function=", "bare"))
-    # A function name has no whitespace, quotes or braces (vLLM: an unrendered Jinja
-    # `<function={{ name }}>` is not a call); a parameter name ends at `>`, on one line.
-    _FUNC_NAME_STOP = re.compile(r"""[<>\s{}"']""")
-    _PARAM_NAME_STOP = re.compile(r"[<>\n]")
-
-    def _parse_name(self, raw: str) -> str | None:
-        return raw or None
+HEAD, KV_NAME, AFTER_NAME, KEY, KV, KV_VALUE, KV_PEND = "head", "kv_name", "after_name", "key", "kv", "kv_value", "kv_pend"
 
 
-class MiniMaxLexer(_ElementLexer):
-    """MiniMax-M2 `<minimax:tool_call><invoke name="NAME"><parameter name="P">` markup."""
+class KeyValuesLexer(_ParamsLexer):
+    """States, and what moves between them:
 
-    _WRAP_OPEN, _WRAP_CLOSE = "<minimax:tool_call>", "</minimax:tool_call>"
-    _FUNC_OPEN, _FUNC_CLOSE = "<invoke name=", "</invoke>"
-    _PARAM_OPEN, _PARAM_CLOSE = "<parameter name=", "</parameter>"
-    _OPENERS = (Marker("<minimax:tool_call>", "wrap"),)
-    _FUNC_NAME_STOP = _PARAM_NAME_STOP = re.compile(r"[<>\n]")
+        TEXT   --opener-->  HEAD  --whitespace-->  HEAD;  --name character-->  NAME;  --else-->  TEXT (released)
+        NAME   --name characters-->  NAME;  --anything else-->  AFTER_NAME
+        AFTER_NAME  --whitespace-->  AFTER_NAME;  --key tag-->  KEY;  --closer-->  TEXT (verdict, `{}`)
+        KEY    --text-->  KEY;  --key end-->  KV;  --any other `<`-->  TEXT (released)
+        KV     --whitespace-->  KV;  --value tag-->  VALUE;  --else-->  TEXT (released)
+        VALUE  --value end-->  PEND
+        PEND   --whitespace-->  PEND;  --key tag-->  KEY;  --closer-->  TEXT (verdict)
+        PEND   --opener-->  TEXT (verdict as if closed; the next block begins)
+        PEND   --anything else-->  VALUE (the value end was part of the value)
+        finish: PEND (every value closed): verdict; else text.
 
-    def _parse_name(self, raw: str) -> str | None:
-        """`"NAME"`, `'NAME'` or a bare NAME."""
-        name = raw.strip()
-        if len(name) >= 2 and name[0] == name[-1] and name[0] in "\"'":
-            name = name[1:-1]
-        return name or None
+    Values are taken as written (no newline comes off)."""
 
-
-# -- GLM: a name, then key / value pairs --------------------------------------------------------
-
-HEAD, GLM_NAME, AFTER_NAME, KEY, KV, GLM_VALUE, GLM_PEND = "head", "glm_name", "after_name", "key", "kv", "glm_value", "glm_pend"
-
-_GLM_NAME_CHAR = re.compile(r"[\w.:/-]")
-_GLM_NAME_RUN = re.compile(r"[\w.:/-]*")
-
-
-class GlmLexer(_BlockLexer):
-    """GLM-4.5 / 4.6 / 4.7 `<tool_call>NAME<arg_key>K</arg_key><arg_value>V</arg_value>` markup."""
-
-    _OPEN, _CLOSE = "<tool_call>", "</tool_call>"
-    _KEY_OPEN, _KEY_CLOSE = "<arg_key>", "</arg_key>"
-    _VALUE_OPEN, _VALUE_CLOSE = "<arg_value>", "</arg_value>"
-    _OPENERS = (Marker("<tool_call>", "call"),)
-    _STRIP_NEWLINES = False  # the template writes values as they are
+    _STRIP_NEWLINES = False
 
     def _step_table(self) -> dict[str, Step]:
+        b: KeyValues = self._body  # type: ignore[assignment]
+        self._name_char = re.compile(b.name_chars)
+        self._name_run = re.compile(b.name_chars + "*")
         return {
             HEAD: self._step_head,
-            GLM_NAME: self._step_name,
+            KV_NAME: self._step_name,
             AFTER_NAME: self._step_after_name,
             KEY: self._step_key,
             KV: self._step_kv,
-            GLM_VALUE: self._step_value,
-            GLM_PEND: self._step_pend,
+            KV_VALUE: self._step_value,
+            KV_PEND: self._step_pend,
         }
 
-    def _reset_grammar(self) -> None:
+    def _reset_body(self) -> None:
+        super()._reset_body()
         self._name_chars = ""
         self._key_chars = ""
         self._value_start = 0
         self._pend_at = 0
 
-    def _begin_block(self, kind: str) -> None:
+    def _begin(self, kind: str) -> None:
         self._state = HEAD
 
     def _complete_at_end(self) -> bool:
-        if self._state == GLM_PEND:  # every value closed; only `</tool_call>` is missing
+        if self._state == KV_PEND:  # every value closed; only the closer is missing
             self._end_pair()
             return True
         return False
 
     def _step_head(self, buf: str, i: int, limit: int, out: list[Segment]) -> int | None:
-        """HEAD: whitespace, then the first character of a name, or not GLM at all."""
+        """HEAD: whitespace, then the first character of a name, or not this dialect at all."""
         j = self._skip_ws(buf, i, limit)
         if j == limit:
             return self._wait(buf, j, limit, out)
-        if not _GLM_NAME_CHAR.match(buf, j):  # `{` (Hermes), `<function=` (Qwen), prose
+        if not self._name_char.match(buf, j):  # `{` (Hermes), `<function=` (Qwen), prose
             return self._reject(out, j)
-        self._state = GLM_NAME
+        self._state = KV_NAME
         return j
 
     def _step_name(self, buf: str, i: int, limit: int, out: list[Segment]) -> int | None:
         room = MAX_NAME - len(self._name_chars)
-        j = _GLM_NAME_RUN.match(buf, i, min(limit, i + room + 1)).end()
+        j = self._name_run.match(buf, i, min(limit, i + room + 1)).end()
         if j - i > room:
             self._take(buf, i, i + room)
             return self._reject(out, i + room)
@@ -727,16 +858,17 @@ class GlmLexer(_BlockLexer):
 
     def _step_after_name(self, buf: str, i: int, limit: int, out: list[Segment]) -> int | None:
         """AFTER_NAME: the first key, or the end of a call without arguments."""
+        b: KeyValues = self._body  # type: ignore[assignment]
         j = self._skip_ws(buf, i, limit)
         if j == limit:
             return self._wait(buf, j, limit, out)
-        tag = _match_tag(buf, j, limit, (self._KEY_OPEN, self._CLOSE))
+        tag = match_tag(buf, j, limit, (b.key[0], b.close))
         if tag is _PARTIAL:
             return self._wait(buf, j, limit, out)
         if tag is None:  # `<tool_call> tags, like...`: prose, shown at once
             return self._reject(out, j)
         self._take(buf, j, j + len(tag))
-        if tag == self._CLOSE:
+        if tag == b.close:
             return self._close(out, j + len(tag))
         self._key_chars = ""
         self._state = KEY
@@ -755,7 +887,7 @@ class GlmLexer(_BlockLexer):
             return self._wait(buf, end, limit, out)
         self._key_chars += buf[i:j]
         self._take(buf, i, j)
-        tag = _match_tag(buf, j, limit, (self._KEY_CLOSE,))
+        tag = match_tag(buf, j, limit, (self._body.key[1],))
         if tag is _PARTIAL:
             return self._wait(buf, j, limit, out)
         key = self._key_chars.strip()
@@ -770,24 +902,25 @@ class GlmLexer(_BlockLexer):
         j = self._skip_ws(buf, i, limit)
         if j == limit:
             return self._wait(buf, j, limit, out)
-        tag = _match_tag(buf, j, limit, (self._VALUE_OPEN,))
+        tag = match_tag(buf, j, limit, (self._body.value[0],))
         if tag is _PARTIAL:
             return self._wait(buf, j, limit, out)
         if tag is None:
             return self._reject(out, j)
         self._take(buf, j, j + len(tag))
         self._value_start = self._size
-        self._state = GLM_VALUE
+        self._state = KV_VALUE
         return j + len(tag)
 
     def _step_value(self, buf: str, i: int, limit: int, out: list[Segment]) -> int | None:
+        close = (self._body.value[1],)
         while True:
             j = buf.find("<", i, limit)
             if j < 0:
                 self._take(buf, i, limit)
                 return self._wait(buf, limit, limit, out)
             self._take(buf, i, j)
-            tag = _match_tag(buf, j, limit, (self._VALUE_CLOSE,))
+            tag = match_tag(buf, j, limit, close)
             if tag is _PARTIAL:
                 return self._wait(buf, j, limit, out)
             if tag is None:
@@ -796,25 +929,26 @@ class GlmLexer(_BlockLexer):
                 continue
             self._pend_at = self._size
             self._take(buf, j, j + len(tag))
-            self._state = GLM_PEND
+            self._state = KV_PEND
             return j + len(tag)
 
     def _step_pend(self, buf: str, i: int, limit: int, out: list[Segment]) -> int | None:
-        """GLM_PEND: `</arg_value>` counts when the next key or the end of the call follows."""
+        """PEND: the value end counts when the next key or the end of the call follows."""
+        b: KeyValues = self._body  # type: ignore[assignment]
         j = self._skip_ws(buf, i, limit)
         if j == limit:
             return self._wait(buf, j, limit, out)
-        tag = _match_tag(buf, j, limit, (self._KEY_OPEN, self._CLOSE, self._OPEN))
+        tag = match_tag(buf, j, limit, (b.key[0], b.close, b.open))
         if tag is _PARTIAL:
             return self._wait(buf, j, limit, out)
         if tag is None:  # part of the value, like the whitespace after it
-            self._state = GLM_VALUE
+            self._state = KV_VALUE
             return j
         self._end_pair()
-        if tag == self._OPEN:  # the end tag is missing: the next block begins
+        if tag == b.open:  # the closer is missing: the next block begins
             return self._close(out, j)
         self._take(buf, j, j + len(tag))
-        if tag == self._CLOSE:
+        if tag == b.close:
             return self._close(out, j + len(tag))
         self._key_chars = ""
         self._state = KEY

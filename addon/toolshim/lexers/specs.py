@@ -1,0 +1,49 @@
+"""The dialects the engine reads, each one spec (engine.py says what the fields mean)."""
+
+from __future__ import annotations
+
+from .engine import JsonCalls, KeyValues, Spec, XmlParams
+
+# Hermes, Qwen2.5, Qwen3, QwQ:  <tool_call>{"name": "get_weather", "arguments": {"city": "NYC"}}</tool_call>
+# ("parameters" for "arguments", a list of call objects, arguments as JSON text: see judge.py)
+HERMES = Spec("hermes", JsonCalls(open="<tool_call>", close="</tool_call>"))
+
+# Qwen3-Coder, Qwen3.5:  <tool_call><function=NAME><parameter=KEY>VALUE</parameter></function></tool_call>
+# (also bare, without the wrapper). A function name has no whitespace, quotes or braces (vLLM:
+# an unrendered Jinja `<function={{ name }}>` is not a call); a parameter name ends at `>`.
+QWEN_XML = Spec(
+    "qwen_xml",
+    XmlParams(
+        wrap=("<tool_call>", "</tool_call>"),
+        function=("<function=", "</function>"),
+        parameter=("<parameter=", "</parameter>"),
+        bare=True,
+        function_name_stop=r"""[<>\s{}"']""",
+    ),
+)
+
+# ByteDance Seed-OSS: Qwen3-Coder's elements in its own wrapper (reasoning: `<seed:think>`).
+SEED_OSS = Spec(
+    "seed_oss",
+    XmlParams(
+        wrap=("<seed:tool_call>", "</seed:tool_call>"),
+        function=("<function=", "</function>"),
+        parameter=("<parameter=", "</parameter>"),
+        function_name_stop=r"""[<>\s{}"']""",
+    ),
+)
+
+# MiniMax-M2:  <minimax:tool_call><invoke name="NAME"><parameter name="KEY">VALUE</parameter></invoke></minimax:tool_call>
+MINIMAX = Spec(
+    "minimax",
+    XmlParams(
+        wrap=("<minimax:tool_call>", "</minimax:tool_call>"),
+        function=("<invoke name=", "</invoke>"),
+        parameter=("<parameter name=", "</parameter>"),
+        quoted_names=True,
+    ),
+)
+
+# GLM-4.5 to 4.7:  <tool_call>NAME<arg_key>KEY</arg_key><arg_value>VALUE</arg_value></tool_call>
+# (4.5/4.6 put newlines between the parts; `<tool_call>NAME</tool_call>` is a call with `{}`)
+GLM = Spec("glm", KeyValues(open="<tool_call>", close="</tool_call>", key=("<arg_key>", "</arg_key>"), value=("<arg_value>", "</arg_value>")))
