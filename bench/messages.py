@@ -18,7 +18,7 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from core import best_time, expect_calls, expect_unchanged, floor_seconds, rewrite_seconds  # noqa: E402
+from core import best_time, expect_calls, rewrite_seconds, throughput_rows  # noqa: E402
 from streams import kimi_pieces, plain_pieces, tokens  # noqa: E402
 from table import Row  # noqa: E402
 
@@ -74,18 +74,7 @@ def throughput(quick: bool) -> list[Row]:
         ("Messages API, Kimi calls in thinking blocks", messages_events(KIMI_MODEL, "thinking", kimi), rewriter(KIMI_MODEL), "".join(kimi).count("<|tool_call_begin|>"), 0.5),
         ("Messages API, MiniMax calls in text blocks", messages_events(MINIMAX_MODEL, "text", minimax), rewriter(MINIMAX_MODEL), "".join(minimax).count("<invoke "), 0.5),
     ]
-    rows = []
-    for name, events, make, calls, target in cases:
-        check = expect_unchanged(events) if calls is None else expect_calls(calls)
-        seconds = rewrite_seconds(make, events, rounds, check)
-        floor = floor_seconds(events, rounds)
-        ratio = floor / seconds
-        rows.append(Row(
-            "core", f"{name}: events/s (floor: orjson loads+dumps)",
-            f"{len(events) / seconds:,.0f} (floor {len(events) / floor:,.0f}) = {ratio:.2f}x floor",
-            f">= {target:g}x floor", ratio >= target,
-        ))  # fmt: skip
-    return rows
+    return throughput_rows(cases, rounds)
 
 
 def _kimi_call(size: int) -> list[bytes]:

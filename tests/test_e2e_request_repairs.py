@@ -48,16 +48,22 @@ def stream_turn(client: openai.OpenAI, model: str, messages: list, **kwargs) -> 
     return message
 
 
-def test_kimi_reasoning_comes_back_on_the_next_turn(upstream: ScriptedUpstream, openai_client, unique_model):
-    model = f"kimi-k2-thinking-{unique_model}"
+def call_then_result(upstream, client, model: str) -> list:
+    """Turn 1 (a Kimi call leaked in reasoning), streamed to a client that drops reasoning; the
+    final turn scripted; the history the client sends next: its question, the call, a result."""
     upstream.add(model, chunks=[sse_body(first_turn(model))])
     history = [{"role": "user", "content": "List the files."}]
-    assistant = stream_turn(openai_client, model, history)
+    assistant = stream_turn(client, model, history)
+    upstream.add(model, chunks=[sse_body(final_turn(model))])
+    return [*history, assistant, {"role": "tool", "tool_call_id": "functions.bash:0", "content": "a b"}]
+
+
+def test_kimi_reasoning_comes_back_on_the_next_turn(upstream: ScriptedUpstream, openai_client, unique_model):
+    model = f"kimi-k2-thinking-{unique_model}"
+    history = call_then_result(upstream, openai_client, model)
+    assistant = history[1]
     assert assistant["tool_calls"][0]["id"] == "functions.bash:0"
     assert "reasoning_content" not in assistant  # the client dropped it
-
-    upstream.add(model, chunks=[sse_body(final_turn(model))])
-    history += [assistant, {"role": "tool", "tool_call_id": "functions.bash:0", "content": "a b"}]
     stream_turn(openai_client, model, history)
 
     sent = upstream.requests_for(model)[-1].json
@@ -71,11 +77,7 @@ def test_kimi_reasoning_comes_back_on_the_next_turn(upstream: ScriptedUpstream, 
 
 def test_a_second_pass_changes_nothing_and_a_complete_request_goes_byte_for_byte(upstream, proxy, openai_client, unique_model):
     model = f"kimi-k2-thinking-{unique_model}"
-    upstream.add(model, chunks=[sse_body(first_turn(model))])
-    history = [{"role": "user", "content": "List the files."}]
-    assistant = stream_turn(openai_client, model, history)
-    upstream.add(model, chunks=[sse_body(final_turn(model))])
-    history += [assistant, {"role": "tool", "tool_call_id": "functions.bash:0", "content": "a b"}]
+    history = call_then_result(upstream, openai_client, model)
     stream_turn(openai_client, model, history)
     repaired = upstream.requests_for(model)[-1].body
 
@@ -172,12 +174,7 @@ def test_the_option_turns_repairs_off(upstream, openai_client, unique_model, opt
     model = f"kimi-k2-thinking-{unique_model}"
     with Mitmdump(upstream.url, extra_args=["--set", f"toolshim_request_repairs={option}"]) as proxy:
         client = openai.OpenAI(base_url=proxy.base_url, api_key="test-key", max_retries=0)
-        upstream.add(model, chunks=[sse_body(first_turn(model))])
-        history = [{"role": "user", "content": "List the files."}]
-        assistant = stream_turn(client, model, history)
-        upstream.add(model, chunks=[sse_body(final_turn(model))])
-        history += [assistant, {"role": "tool", "tool_call_id": "functions.bash:0", "content": "a b"}]
-        stream_turn(client, model, history)
+        stream_turn(client, model, call_then_result(upstream, client, model))
     assert "reasoning_content" not in upstream.requests_for(model)[-1].json["messages"][1]
 
 
@@ -206,11 +203,7 @@ def test_another_credential_gets_nothing_of_this_conversation(upstream, proxy, o
     """The same Kimi id, name, arguments and first message under another API key: no reasoning
     crosses over (a multi-user proxy must not hand one user's reasoning to another)."""
     model = f"kimi-k2-thinking-{unique_model}"
-    upstream.add(model, chunks=[sse_body(first_turn(model))])
-    history = [{"role": "user", "content": "List the files."}]
-    assistant = stream_turn(openai_client, model, history)
-    upstream.add(model, chunks=[sse_body(final_turn(model))])
-    history += [assistant, {"role": "tool", "tool_call_id": "functions.bash:0", "content": "a b"}]
+    history = call_then_result(upstream, openai_client, model)
     other = openai.OpenAI(base_url=proxy.base_url, api_key="another-key", max_retries=0)
     stream_turn(other, model, history)
     assert "reasoning_content" not in upstream.requests_for(model)[-1].json["messages"][1]

@@ -40,7 +40,7 @@ from json_repair import repair_json
 from .calls import CallScope, RewriteStats, random_id
 from .lexers import ScopeLexers
 from .lexers.base import CallArgs, CallBegin, CallEnd, Lexer, ReasoningEnd, ReasoningText, Segment, Text, TextPieces
-from .sse import encode_event, parse_block
+from .sse import encode_event, read_event
 from .stream import SseRewriter, markup_may_start
 from .tools import RequestContext
 
@@ -669,15 +669,10 @@ class MessagesStreamRewriter(SseRewriter):
         quiet = _QUIET_DELTA.fullmatch(raw)
         if quiet is not None and not markup_may_start(raw) and self._quiet(int(quiet[1]), quiet[2]):
             return [raw]  # the common case, read from the bytes alone: plain text, as it came
-        block = parse_block(raw)
-        if block.data is None or block.malformed:
+        read = read_event(raw)
+        if read is None:
             return [raw]
-        try:
-            event = orjson.loads(block.data)
-        except orjson.JSONDecodeError:
-            return [raw]
-        if not isinstance(event, dict) or not isinstance(event.get("type"), str):
-            return [raw]
+        event = read[0]
         if not markup_may_start(raw) and self._passes(event):
             return [raw]
         out = [_encode(o) for o in self.core.on_event(event, raw)]

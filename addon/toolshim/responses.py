@@ -34,7 +34,7 @@ import orjson
 from .calls import CallScope, RewriteStats, random_id
 from .lexers import ScopeLexers
 from .lexers.base import CallArgs, CallBegin, CallEnd, Lexer, ReasoningEnd, ReasoningText, Segment, Text, TextPieces
-from .sse import encode_event, parse_block
+from .sse import encode_event, read_event
 from .stream import SseRewriter, markup_may_start
 from .tools import RequestContext
 
@@ -750,15 +750,10 @@ class ResponsesStreamRewriter(SseRewriter):
 
     def _on_block(self, raw: bytes) -> list[bytes]:
         self._last_type = None
-        block = parse_block(raw)
-        if block.data is None or block.malformed:
+        read = read_event(raw)
+        if read is None:
             return [raw]
-        try:
-            event = orjson.loads(block.data)
-        except orjson.JSONDecodeError:
-            return [raw]
-        if not isinstance(event, dict) or not isinstance(event.get("type"), str):
-            return [raw]
+        event, block = read
         if self._named is None:
             self._named = block.event is not None
         self._last_type = event["type"]

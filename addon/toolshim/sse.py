@@ -11,6 +11,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+import orjson
+
 # One line ending: CRLF, a lone CR or a lone LF (the SSE spec allows all three).
 _LINE_END = re.compile(rb"\r\n|\r|\n")
 _TEXT_LINE_END = re.compile(r"\r\n|\r|\n")
@@ -55,6 +57,21 @@ def parse_block(raw: bytes) -> SseEvent:
         elif name == "event":
             event_name = value
     return SseEvent(raw, "\n".join(data_lines) if data_lines else None, event_name)
+
+
+def read_event(raw: bytes) -> tuple[dict, SseEvent] | None:
+    """A typed JSON event (`{"type": …}`: Responses, Anthropic) and its block, or None when the
+    block is anything else (no data, not UTF-8, not JSON, no type): such a block passes as it came."""
+    block = parse_block(raw)
+    if block.data is None or block.malformed:
+        return None
+    try:
+        event = orjson.loads(block.data)
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(event, dict) or not isinstance(event.get("type"), str):
+        return None
+    return event, block
 
 
 def is_one_data_line(raw: bytes) -> bool:
