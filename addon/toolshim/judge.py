@@ -247,6 +247,15 @@ def _loads(text: str) -> Any:
         return _INVALID
 
 
+def reads_as_json(text: str) -> bool:
+    """One complete JSON value (the stdlib parser: no NaN, no infinities)."""
+    try:
+        json.loads(text, parse_constant=_refuse, parse_float=_finite_float)
+    except (ValueError, RecursionError):
+        return False
+    return True
+
+
 def _refuse(literal: str) -> Any:
     raise ValueError(f"{literal} is not JSON")
 

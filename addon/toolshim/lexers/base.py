@@ -164,6 +164,72 @@ def is_marker_fragment(tail: str, markers: tuple[Marker, ...]) -> bool:
     return len(tail) >= 2 and any(m.text.startswith(tail) and m.text != tail for m in markers)
 
 
+# -- the one JSON scanner ------------------------------------------------------------------------
+
+MORE, STOP, CLOSED, WAIT = "more", "stop", "closed", "wait"
+_STRING_STOP = re.compile(r'["\\]')
+
+
+class JsonScanner:
+    """Follows the strings, escapes and nesting of one JSON value, resuming where it stopped.
+
+    `scan` returns `(i, what)`: CLOSED, the value closed just before `i`; STOP, `buf[i]` is one
+    of `stops` outside strings and is not consumed (the caller looks at it, then calls `take`);
+    MORE, everything up to `limit` was read (WAIT, "more text needed here", is never returned:
+    one character always decides). Each character is examined once.
+    """
+
+    def __init__(self, stops: str = "") -> None:
+        self._stops = stops
+        self._value_stop = re.compile("[" + re.escape("{}[]\"" + stops) + "]")
+        self.reset()
+
+    def reset(self) -> None:
+        self.depth = 0
+        self.in_string = False
+        self.escape = False
+
+    def scan(self, buf: str, pos: int, limit: int, final: bool = False) -> tuple[int, str]:
+        i = pos
+        while i < limit:
+            if self.in_string:
+                if self.escape:  # the escaped character, whatever it is
+                    self.escape = False
+                    i += 1
+                    continue
+                stop = _STRING_STOP.search(buf, i, limit)
+                if stop is None:
+                    return limit, MORE
+                j = stop.start()
+                if buf[j] == '"':
+                    self.in_string = False
+                else:
+                    self.escape = True
+                i = j + 1
+                continue
+            stop = self._value_stop.search(buf, i, limit)
+            if stop is None:
+                return limit, MORE
+            j = stop.start()
+            if buf[j] in self._stops:
+                return j, STOP
+            if self.take(buf[j]):
+                return j + 1, CLOSED
+            i = j + 1
+        return limit, MORE
+
+    def take(self, c: str) -> bool:
+        """Read one character outside strings; True when it closes the value."""
+        if c == '"':
+            self.in_string = True
+        elif c in "{[":
+            self.depth += 1
+        elif c in "}]" and self.depth:
+            self.depth -= 1
+            return self.depth == 0
+        return False
+
+
 class PlainText:
     """No dialect: every piece of text passes as it came."""
 

@@ -77,10 +77,7 @@ Text and padding (split-invariant: the output depends on the text, never on its 
 
 from __future__ import annotations
 
-import json
-import math
 import re
-from typing import Any
 
 from ..calls import UNKNOWN_NAME, CallScope
 from ..tools import ToolSpec
@@ -97,7 +94,7 @@ from .base import (
     find_marker,
     is_marker_fragment,
 )
-from ..judge import ToolCallJudge, compact_json
+from ..judge import ToolCallJudge, compact_json, reads_as_json
 
 BAR, SPACE = "\uff5c", "\u2581"  # the fullwidth bar and the "lower one eighth block" space
 
@@ -590,7 +587,7 @@ def _parameter_value(value: str, string: str | None, spec: ToolSpec | None, key:
     if string == "true" or (string is None and _schema_wants_string(spec, key)):
         return compact_json(value)
     stripped = value.strip()
-    return stripped if _reads_as_json(stripped) else compact_json(value)
+    return stripped if reads_as_json(stripped) else compact_json(value)
 
 
 def _schema_wants_string(spec: ToolSpec | None, key: str) -> bool:
@@ -599,24 +596,3 @@ def _schema_wants_string(spec: ToolSpec | None, key: str) -> bool:
     prop = properties.get(key) if isinstance(properties, dict) else None
     kind = prop.get("type") if isinstance(prop, dict) else None
     return kind is None or kind == "string" or (isinstance(kind, list) and "string" in kind)
-
-
-def _reads_as_json(text: str) -> bool:
-    """One complete JSON value (no NaN, no infinities)."""
-    try:
-        json.loads(text, parse_constant=_refuse, parse_float=_finite_float)
-    except (ValueError, RecursionError):
-        return False
-    return True
-
-
-def _refuse(literal: str) -> Any:
-    raise ValueError(f"{literal} is not JSON")
-
-
-def _finite_float(literal: str) -> float:
-    value = float(literal)
-    if math.isinf(value):
-        raise ValueError(f"{literal} is out of range")
-    return value
-

@@ -36,8 +36,7 @@ from typing import Any
 
 from ..calls import SCHEMA_MISMATCH, STRICT_FAILURE, UNKNOWN_NAME, CallScope
 from ..judge import ToolCallJudge, _properties, coerce_value, compact_json
-from .base import CallArgs, CallBegin, CallEnd, Marker, Reporting, Segment, Text, TextPieces, excerpt, find_marker
-from .units import CLOSED, MORE, JsonScanner
+from .base import CLOSED, MORE, CallArgs, CallBegin, CallEnd, JsonScanner, Marker, Reporting, Segment, Text, TextPieces, excerpt, find_marker
 
 TEXT = "text"
 MAX_NAME = 256  # a function, parameter or key name longer than this is not a name

@@ -73,6 +73,8 @@ import re
 
 from ..calls import UNKNOWN_NAME, CallScope
 from .base import (
+    CLOSED,
+    JsonScanner,
     CallArgs,
     CallBegin,
     CallEnd,
@@ -124,8 +126,6 @@ _NOT_SPACE = re.compile(r"\S")
 # Stripped form: the name, then at most one word (`json`), with whitespace around it.
 _STRIPPED_HEAD = re.compile(r"[A-Za-z0-9_-]*(?:\s+[A-Za-z]*)?\s*")
 _STRIPPED_SUFFIXES = ("", "json", "commentary", "commentaryjson")  # stripped tokens glued to the name
-_STRING_STOP = re.compile(r'["\\]')
-_VALUE_STOP = re.compile(r'[{}\[\]"]')
 
 
 class HarmonyLexer(Reporting):
@@ -136,6 +136,7 @@ class HarmonyLexer(Reporting):
         self.judge = ToolCallJudge(scope)
         self._max_held = max_held
         self._text_markers = _TEXT_MARKERS + (_STRIPPED_MARKERS if stripped else ())
+        self._scanner = JsonScanner()
         self._reset()
 
     def _reset(self) -> None:
@@ -158,9 +159,7 @@ class HarmonyLexer(Reporting):
         self._name = ""
         self._args_sent = False
         self._head = ""  # STRIPPED_HEAD: what follows `to=functions.`
-        self._depth = 0  # STRIPPED_JSON: the scanner's place in the object
-        self._in_string = False
-        self._escape = False
+        self._scanner.reset()  # STRIPPED_JSON: its place in the object
 
     def feed(self, text: str) -> list[Segment]:
         self._buf += text
@@ -423,55 +422,24 @@ class HarmonyLexer(Reporting):
         return None
 
     def _scan_json(self, buf: str, pos: int, out: list[Segment]) -> int | None:
-        """STRIPPED_JSON: follow strings, escapes and depth until the object closes."""
+        """STRIPPED_JSON: follow the object (the shared `JsonScanner`) until it closes."""
         # Scanning past `limit` would hold more than max_held: the cap falls at the same
         # character however the text was split.
         limit = min(len(buf), pos + max(0, self._max_held - self._raw_len) + 1)
-        i = pos
-        while i < limit:
-            if self._in_string:
-                if self._escape:
-                    self._escape = False
-                    i += 1
-                    continue
-                stop = _STRING_STOP.search(buf, i, limit)
-                if stop is None:
-                    i = limit
-                    break
-                j = stop.start()
-                if buf[j] == '"':
-                    self._in_string = False
-                else:
-                    self._escape = True
-                i = j + 1
-                continue
-            stop = _VALUE_STOP.search(buf, i, limit)
-            if stop is None:
-                i = limit
-                break
-            j = stop.start()
-            c = buf[j]
-            if c == '"':
-                self._in_string = True
-            elif c in "{[":
-                self._depth += 1
+        j, what = self._scanner.scan(buf, pos, limit)
+        self._raw_add(buf[pos:j])
+        if what == CLOSED:
+            arguments = "".join(self._raw[self._body_start :])
+            if self._emit_verdict(out, self._name, arguments):
+                self._lead = HOLD
+                self._state = TEXT
+                self._reset_message()
             else:
-                self._depth -= 1
-                if self._depth <= 0:
-                    self._raw_add(buf[pos : j + 1])
-                    arguments = "".join(self._raw[self._body_start :])
-                    if self._emit_verdict(out, self._name, arguments):
-                        self._lead = HOLD
-                        self._state = TEXT
-                        self._reset_message()
-                    else:
-                        self._give_up(out)
-                    return j + 1
-            i = j + 1
-        self._raw_add(buf[pos:i])
+                self._give_up(out)
+            return j
         if self._raw_len > self._max_held:
             self._give_up(out)
-            return i
+            return j
         return None
 
     def _give_up(self, out: list[Segment]) -> None:

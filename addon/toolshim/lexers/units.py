@@ -11,7 +11,7 @@ import re
 from typing import Callable
 
 from ..calls import CallScope
-from .base import CallArgs, CallBegin, CallEnd, Marker, Reporting, Segment, Text, find_marker
+from .base import CLOSED, MORE, STOP, WAIT, CallArgs, CallBegin, CallEnd, JsonScanner, Marker, Reporting, Segment, Text, find_marker  # noqa: F401 (re-exported)
 from ..judge import Calls, ToolCallJudge
 
 TEXT, AFTER = "text", "after"
@@ -39,72 +39,6 @@ def marker_at(buf: str, i: int, markers: tuple[Marker, ...]) -> Marker | str | N
         if rest_len < len(marker.text) and marker.text.startswith(buf[i:]):
             partial = True
     return PARTIAL if partial else None
-
-
-# -- JSON values ------------------------------------------------------------------------------
-
-MORE, STOP, CLOSED, WAIT = "more", "stop", "closed", "wait"
-_STRING_STOP = re.compile(r'["\\]')
-
-
-class JsonScanner:
-    """Follows the strings, escapes and nesting of one JSON value, resuming where it stopped.
-
-    `scan` returns `(i, what)`: CLOSED, the value closed just before `i`; STOP, `buf[i]` is one
-    of `stops` outside strings and is not consumed (the caller looks at it, then calls `take`);
-    MORE, everything up to `limit` was read (WAIT, "more text needed here", is never returned:
-    one character always decides). Each character is examined once.
-    """
-
-    def __init__(self, stops: str = "") -> None:
-        self._stops = stops
-        self._value_stop = re.compile("[" + re.escape("{}[]\"" + stops) + "]")
-        self.reset()
-
-    def reset(self) -> None:
-        self.depth = 0
-        self.in_string = False
-        self.escape = False
-
-    def scan(self, buf: str, pos: int, limit: int, final: bool = False) -> tuple[int, str]:
-        i = pos
-        while i < limit:
-            if self.in_string:
-                if self.escape:  # the escaped character, whatever it is
-                    self.escape = False
-                    i += 1
-                    continue
-                stop = _STRING_STOP.search(buf, i, limit)
-                if stop is None:
-                    return limit, MORE
-                j = stop.start()
-                if buf[j] == '"':
-                    self.in_string = False
-                else:
-                    self.escape = True
-                i = j + 1
-                continue
-            stop = self._value_stop.search(buf, i, limit)
-            if stop is None:
-                return limit, MORE
-            j = stop.start()
-            if buf[j] in self._stops:
-                return j, STOP
-            if self.take(buf[j]):
-                return j + 1, CLOSED
-            i = j + 1
-        return limit, MORE
-
-    def take(self, c: str) -> bool:
-        """Read one character outside strings; True when it closes the value."""
-        if c == '"':
-            self.in_string = True
-        elif c in "{[":
-            self.depth += 1
-        elif c in "}]" and self.depth:
-            self.depth -= 1
-            return self.depth == 0
-        return False
 
 
 # -- the shared engine ------------------------------------------------------------------------
