@@ -82,7 +82,7 @@ def _report(what: str, started: float) -> None:
 
 @pytest.fixture(scope="session")
 def client_python() -> Path:
-    """The interpreter of the clients' venv, with openai-agents and langchain-openai."""
+    """The interpreter of the clients' venv, with openai-agents, langchain-openai and anthropic."""
     venv = CACHE_DIR / "python"
     python = venv / "bin" / "python"
     key = _key(REQUIREMENTS.read_bytes(), sys.version, platform.machine())
@@ -104,7 +104,9 @@ def client_python() -> Path:
 
 @pytest.fixture(scope="session")
 def node_clients() -> Path:
-    """node/ with its node_modules installed: openai, ai, @ai-sdk/openai-compatible, @openai/codex."""
+    """node/ with its node_modules installed: openai, ai, @ai-sdk/openai-compatible, @openai/codex,
+    @anthropic-ai/sdk and @anthropic-ai/claude-code (whose postinstall puts the native binary of
+    this platform in place of its bin/claude.exe)."""
     node, npm = shutil.which("node"), shutil.which("npm")
     if node is None or npm is None:
         pytest.fail("node and npm are needed for tests/clients (Node 20 or newer)", pytrace=False)
@@ -124,7 +126,7 @@ def node_clients() -> Path:
 
 @pytest.fixture(scope="session")
 def client_env() -> dict[str, str]:
-    """The environment of every client: a test key, no telemetry, and no way out of this machine.
+    """The environment of every client: test keys, no telemetry, and no way out of this machine.
 
     Proxy variables point at the discard port, so a client that tried to reach the internet
     (update checks, telemetry, model catalogues) fails at once on this machine instead of leaving
@@ -133,12 +135,13 @@ def client_env() -> dict[str, str]:
     env = {
         k: v
         for k, v in os.environ.items()
-        if not k.startswith(("OPENAI_", "LANGCHAIN_", "LANGSMITH_", "CODEX_", "PYTEST_"))
+        if not k.startswith(("OPENAI_", "LANGCHAIN_", "LANGSMITH_", "CODEX_", "PYTEST_", "ANTHROPIC_", "CLAUDE"))
         and k.lower() not in ("http_proxy", "https_proxy", "all_proxy", "no_proxy")
     }
     dead = "http://127.0.0.1:9"
     env.update(
         OPENAI_API_KEY="test-key",
+        ANTHROPIC_API_KEY="test-key",
         HTTP_PROXY=dead,
         HTTPS_PROXY=dead,
         ALL_PROXY=dead,
