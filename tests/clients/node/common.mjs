@@ -51,3 +51,31 @@ export function runTool(name, args) {
   console.log(`TOOL ${name} ${JSON.stringify(args)} -> ${output.trim()}`);
   return output;
 }
+
+// Anthropic Messages tool definitions (@anthropic-ai/sdk).
+export const TOOLS_ANTHROPIC = [
+  {
+    name: "run_shell",
+    description: SHELL_DESCRIPTION,
+    input_schema: {
+      type: "object",
+      properties: { command: { type: "string", description: "The command line." } },
+      required: ["command"],
+    },
+  },
+  {
+    name: "read_file",
+    description: READ_DESCRIPTION,
+    input_schema: { type: "object", properties: { path: { type: "string" } }, required: ["path"] },
+  },
+];
+
+// The first user message of the Anthropic loops (one check), unique per test as prompt() is.
+export function anthropicPrompt(model) {
+  return `Run the check for ${model}, then tell me what it printed.`;
+}
+
+// One line per message the client got: its stop_reason and content blocks, as JSON.
+export function reportMessage(message) {
+  console.log(`MESSAGE ${JSON.stringify({ stop_reason: message.stop_reason, content: message.content })}`);
+}
