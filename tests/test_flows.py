@@ -463,7 +463,7 @@ ANNOTATIONS = {
     "sentinel_chat_strict_schema_violation_stays_text": (
         "toolshim: no call from markup · left as text: strict schema ×1", ":warning:"),
     "broken_native_snapshot_and_double_encoded": (
-        "toolshim: no call from markup · repaired: upstream tool_calls stream (snapshot, dropped, double_encoded)", ":wrench:"),
+        "toolshim: no call from markup · repaired: upstream's own calls (snapshot, dropped, double_encoded)", ":wrench:"),
     "think_preopened_deepseek_r1": ("toolshim: no call from markup · repaired: reasoning split from content", ":wrench:"),
     "responses_sentinel_stream_text_call_text": ("toolshim: hermes → 1 call (get_weather)", ":wrench:"),
     "dialect_qwen3_coder_xml": ("toolshim: qwen_xml → 1 call (search_code)", ":wrench:"),
@@ -474,7 +474,7 @@ ANNOTATIONS = {
     "messages_minimax_think_in_text": ("toolshim: no call from markup · repaired: reasoning split from content", ":wrench:"),
     "messages_undeclared_tool_stays_text": ("toolshim: no call from markup · left as text: unknown tool ×1", ":warning:"),
     "messages_broken_native_split_tool_use": (
-        "toolshim: no call from markup · repaired: upstream tool_calls stream "
+        "toolshim: no call from markup · repaired: upstream's own calls "
         "(input_at_start, empty_partial_json, split_tool_use_blocks, stop_reason)", ":wrench:"),
     "messages_plain_stream_unchanged": ("", ""),
     "messages_error_response_529": ("", ""),

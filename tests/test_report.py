@@ -54,7 +54,7 @@ def test_comment_lists_repairs_and_what_stayed_text():
 def test_comment_of_a_repaired_native_stream_and_of_moved_reasoning():
     stats = stats_with(repairs=["snapshot", "snapshot", "missing_index"], reasoning_moved=12)
     assert FlowOutcome(stats, changed=True).comment() == (
-        "toolshim: no call from markup · repaired: upstream tool_calls stream (snapshot ×2, missing_index),"
+        "toolshim: no call from markup · repaired: upstream's own calls (snapshot ×2, missing_index),"
         " reasoning split from content"
     )
 

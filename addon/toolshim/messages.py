@@ -322,9 +322,8 @@ class MessagesRewriter:
             source.current = None
 
     def _add_signature(self, index: int, signature: Any) -> None:
-        if isinstance(signature, str):
-            block = self.blocks[index]
-            block["signature"] = (block.get("signature") or "") + signature
+        if isinstance(signature, str):  # a later one replaces it, as the SDKs keep it
+            self.blocks[index]["signature"] = signature
 
     def _sign_if_unsigned(self, block: OutBlock, out: list[Outgoing]) -> None:
         if block.kind == THINKING and not block.signed and self._sign_thinking:

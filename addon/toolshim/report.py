@@ -113,7 +113,7 @@ class FlowOutcome:
             parts.append("no call from markup")
         repaired = [f"{label} ×{stats.problems[p]}" for p, label in _REPAIRED.items() if stats.problems[p]]
         if stats.stream_repairs:
-            repaired.append(f"upstream tool_calls stream ({_counted(stats.stream_repairs.elements())})")
+            repaired.append(f"upstream's own calls ({_counted(stats.stream_repairs.elements())})")
         if stats.reasoning_moved:
             repaired.append("reasoning split from content")
         if repaired:
