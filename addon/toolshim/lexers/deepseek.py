@@ -202,7 +202,9 @@ class DeepSeekLexer(Reporting):
             return [Text(text)] if text else []
         self._buf += text
         out = self._run(final=False)
-        self._report(self._state == TEXT and not self._buf and not self._ws and self._lead == KEEP)
+        idle = self._state == TEXT and not self._buf and not self._ws and self._lead == KEEP
+        if idle != self.idle:
+            self._report(idle)
         return out
 
     def finish(self) -> list[Segment]:
@@ -233,7 +235,8 @@ class DeepSeekLexer(Reporting):
         if not self._made_call:
             self._show(out, "")  # a section nothing came of: its markup, as written
         self._reset()
-        self._report(True)
+        if not self.idle:
+            self._report(True)
         return out
 
     # -- scanning ------------------------------------------------------------------------------

@@ -177,16 +177,15 @@ class BlockLexer(Reporting):
         self._last = ""  # its last character (does a tag open a line?)
         self._reset_body()
 
-    def _idle_now(self) -> bool:
-        return self._state == TEXT and not self._tail and not self._pad and not self._after_call
-
     def feed(self, text: str) -> list[Segment]:
         if self._pass_through:
             return [Text(text)] if text else []
         out: list[Segment] = []
         buf, self._tail = self._tail + text, ""
         self._run(buf, out, final=False)
-        self._report(self._state == TEXT and not self._tail and not self._pad and not self._after_call)
+        idle = self._state == TEXT and not self._tail and not self._pad and not self._after_call
+        if idle != self.idle:  # reported on change only: the hot path pays one comparison
+            self._report(idle)
         return out
 
     def finish(self) -> list[Segment]:
@@ -199,7 +198,8 @@ class BlockLexer(Reporting):
         if not self._after_call:
             self._emit(out, self._pad)
         self._reset()
-        self._report(True)
+        if not self.idle:
+            self._report(True)
         return out
 
     # -- text --------------------------------------------------------------------------------------
@@ -365,15 +365,16 @@ class JsonCallsLexer(BlockLexer):
     def _step_json(self, buf: str, pos: int, limit: int, out: list[Segment]) -> int | None:
         body = self._body
         n = len(buf)
-        limit = self._room(pos, n)
+        limit = min(n, pos + max(0, self._max_held - self._size) + 1)
+        scan = self._scanner.scan
         i = pos
         while i < limit:
-            j, what = self._scanner.scan(buf, i, limit)
+            j, what = scan(buf, i, limit)
             self.examined += j - i
-            if what == MORE:
+            if what is MORE:
                 i = j
                 break
-            if what == CLOSED:
+            if what is CLOSED:
                 if self._value_end < 0:
                     self._value_end = self._size + j - pos
                 i = j

@@ -164,7 +164,9 @@ class HarmonyLexer(Reporting):
     def feed(self, text: str) -> list[Segment]:
         self._buf += text
         out = self._run(final=False)
-        self._report(self._state == TEXT and not self._buf and not self._ws and self._lead == KEEP)
+        idle = self._state == TEXT and not self._buf and not self._ws and self._lead == KEEP
+        if idle != self.idle:
+            self._report(idle)
         return out
 
     def finish(self) -> list[Segment]:
@@ -190,7 +192,8 @@ class HarmonyLexer(Reporting):
             self._show(out, "".join(self._raw) + fragment)
         # REASONING, CONTENT: a body cut off is what it is; only the marker fragment goes.
         self._reset()
-        self._report(True)
+        if not self.idle:
+            self._report(True)
         return out
 
     # -- scanning ------------------------------------------------------------------------------

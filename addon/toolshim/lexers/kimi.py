@@ -178,7 +178,9 @@ class KimiLexer(Reporting):
             return [CallArgs(text)]
         self._buf += text
         out = self._run(final=False)
-        self._report(self._state == TEXT and not self._buf and self._leading_ws == KEEP)
+        idle = self._state == TEXT and not self._buf and self._leading_ws == KEEP
+        if idle != self.idle:
+            self._report(idle)
         return out
 
     def finish(self) -> list[Segment]:
@@ -192,7 +194,9 @@ class KimiLexer(Reporting):
             self._release_call_as_text(out)
         elif self._state in (ARGS, INFER):
             self._close_call(out, closing_marker="")
-        self._report(self._state == TEXT and not self._buf and self._leading_ws == KEEP)
+        idle = self._state == TEXT and not self._buf and self._leading_ws == KEEP
+        if idle != self.idle:
+            self._report(idle)
         return out
 
     # -- scanning ------------------------------------------------------------------------------

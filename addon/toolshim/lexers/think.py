@@ -58,7 +58,9 @@ class ThinkLexer(Reporting):
         self._think_markers = _CLOSE_MARKERS + tuple(Marker(t, TOOLS) for t in tool_starts)
         self._started = started  # content was already sent before this lexer saw any
         self._reset()
-        self._report(self._idle_now())
+        idle = self._idle_now()
+        if idle != self.idle:
+            self._report(idle)
 
     def _reset(self) -> None:
         self._state = THINK if self._preopened else CONTENT if self._started else START
@@ -72,13 +74,17 @@ class ThinkLexer(Reporting):
     def feed(self, text: str) -> list[Segment]:
         self._buf += text
         out = self._run(final=False)
-        self._report(self._idle_now())
+        idle = self._idle_now()
+        if idle != self.idle:
+            self._report(idle)
         return out
 
     def finish(self) -> list[Segment]:
         out = self._run(final=True)
         self._reset()
-        self._report(self._idle_now())
+        idle = self._idle_now()
+        if idle != self.idle:
+            self._report(idle)
         return out
 
     def _run(self, final: bool) -> list[Segment]:

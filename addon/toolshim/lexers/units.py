@@ -75,7 +75,9 @@ class UnitLexer(Reporting):
             **self._dialect_handlers(),
         }
         self._reset()
-        self._report(self._idle_now())
+        idle = self._idle_now()
+        if idle != self.idle:
+            self._report(idle)
 
     # -- what subclasses give ------------------------------------------------------------------
 
@@ -123,7 +125,9 @@ class UnitLexer(Reporting):
         out: list[Segment] = []
         buf, self._tail = self._tail + text, ""
         self._run(buf, out, final=False)
-        self._report(self._idle_now())
+        idle = self._idle_now()
+        if idle != self.idle:
+            self._report(idle)
         return out
 
     def finish(self) -> list[Segment]:
@@ -136,7 +140,9 @@ class UnitLexer(Reporting):
             if self._state == AFTER and not self._after_call:
                 self._emit(out, self._pad)
         self._reset()
-        self._report(self._idle_now())
+        idle = self._idle_now()
+        if idle != self.idle:
+            self._report(idle)
         return out
 
     def _run(self, buf: str, out: list[Segment], final: bool) -> None:
