@@ -56,7 +56,7 @@ class ChoiceRewriter:
         self._reasoning_over: set[tuple[str, ...]] = set()  # channels whose `</think>` leaked
         self._open_index: int | None = None
         self.next_index = 0
-        self.native = NativeCalls(self._allocate_native, self._scope.mint_call_id, stats.stream_repairs)  # upstream's own calls
+        self.native = NativeCalls(self._allocate_native, self._scope.mint_call_id, stats.stream_repairs, self._scope.tools)  # upstream's own calls
 
     @property
     def idle(self) -> bool:

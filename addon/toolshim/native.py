@@ -29,6 +29,11 @@ call took so far, or start with its text. The second test can in theory mistake 
 delta for one: a delta holding a whole nested object that begins with all the text so far
 (`{"a": [` then `{"a": []}`); no tokenizer splits that way in practice.
 
+Typed by the declared schema (`ArgumentTyping`): a top-level value the tool's schema types as
+no string but that arrives as a string holding a number, a boolean, an array or an object
+(`"limit": "5"`) is sent as that value (`"limit": 5`), holding only that string until it
+closes; arguments that are `null` or empty become `{}`.
+
 Not repaired (they need holding a whole call): deltas of two calls interleaved across chunks
 (within one chunk they are regrouped), a name split over deltas (passed on as it comes), a
 first entry without a name (a later name is passed on in a continuation: the SDKs join it).
@@ -44,6 +49,8 @@ from typing import Any
 import orjson
 
 from .calls import random_id
+from .judge import coerce_value, schema_types
+from .tools import ToolSpec
 
 # `repairs` keys: what was changed, for flow annotations and logs.
 MISSING_INDEX = "missing_index"  # entry without an (integer) index
@@ -54,6 +61,8 @@ SNAPSHOT = "snapshot"  # the arguments sent again in full: only the new suffix k
 DOUBLE_ENCODED = "double_encoded"  # arguments as a JSON string of the object text: unquoted
 OBJECT_ARGUMENTS = "object_arguments"  # arguments as a JSON value, not a string: serialised
 MERGED = "merged"  # several entries for one call in one chunk: joined
+TYPED_VALUE = "typed_value"  # a stringified value the schema types otherwise: sent as that value
+EMPTY_ARGUMENTS = "empty_arguments"  # arguments null or empty: sent as {}
 DROPPED = "dropped"  # an entry with nothing to send (not a dict, empty, or all held/known)
 
 _WHITESPACE = " \t\r\n"
@@ -184,7 +193,7 @@ class _Arguments:
 
 
 class _Call:
-    __slots__ = ("index", "id", "name", "indexed", "_raw", "_last", "arguments", "counted_quoted")
+    __slots__ = ("index", "id", "name", "indexed", "_raw", "_last", "arguments", "counted_quoted", "typing", "sent")
 
     def __init__(self, index: int, call_id: str | None, name: str | None) -> None:
         self.index = index  # ours
@@ -195,6 +204,8 @@ class _Call:
         self._last = ""  # its last character other than whitespace
         self.arguments = _Arguments()
         self.counted_quoted = False
+        self.typing: ArgumentTyping | None = None  # set when the call's tool types its values
+        self.sent = False  # any argument text went out
 
     @property
     def taken(self) -> bool:
@@ -236,8 +247,10 @@ class NativeCalls:
         allocate: Callable[[], int],
         mint_id: Callable[[], str] | None = None,
         repairs: Counter[str] | None = None,
+        tools: dict[str, ToolSpec] | None = None,
     ) -> None:
         self._allocate = allocate
+        self._tools = tools or {}
         self._mint_id = mint_id or (lambda: random_id("call_"))
         self._calls: list[_Call] = []
         self._by_id: dict[str, _Call] = {}
@@ -253,7 +266,7 @@ class NativeCalls:
     @property
     def idle(self) -> bool:
         """Nothing is held (finish() would return nothing)."""
-        return not any(call.arguments.held for call in self._calls)
+        return not any(call.arguments.held or call.typing is not None and call.typing.held for call in self._calls)
 
     def feed(self, entries: list[Any]) -> list[dict[str, Any]]:
         """The entries to send for one chunk's `delta.tool_calls` (possibly none)."""
@@ -282,7 +295,14 @@ class NativeCalls:
         out = []
         for call in self._calls:
             tail = call.arguments.finish()
+            typing, call.typing = call.typing, None  # the call is over: nothing more is held
+            if typing is not None:
+                tail = typing.feed(tail) + typing.finish()
+            if not call.sent and not tail.strip(_WHITESPACE) or typing is not None and typing.null:
+                self.repairs[EMPTY_ARGUMENTS] += 1
+                tail = "{}"
             if tail:
+                call.sent = True
                 out.append({"index": call.index, "function": {"arguments": tail}})
         self.changed = bool(out)
         return out
@@ -386,6 +406,12 @@ class NativeCalls:
         if call.arguments.quoted and not call.counted_quoted:
             call.counted_quoted = True
             self.repairs[DOUBLE_ENCODED] += 1
+        if call.typing is None and not call.sent:
+            call.typing = ArgumentTyping.for_tool(self._tools.get(call.name or ""), self.repairs)
+        if call.typing is not None:
+            plain = call.typing.feed(plain)
+        if plain.strip(_WHITESPACE):
+            call.sent = True
         return plain
 
     @staticmethod
@@ -401,3 +427,135 @@ class NativeCalls:
         if text.startswith(raw):
             return text[len(raw) :]
         return "" if _object_value(raw) == value else None
+
+
+class ArgumentTyping:
+    """A call's arguments, streamed, with the top-level values its tool's schema types as no
+    string but that arrive as strings (`"5"`, `"true"`, `"[1, 2]"`) sent as the values they hold.
+
+    Everything passes as it comes except such a string, held from its opening quote to its
+    closing one (then sent typed, or as it was when it holds no value of an allowed type), and
+    a leading `n` that may begin a `null` standing for the whole arguments (then `{}`). Each
+    character is looked at once."""
+
+    __slots__ = ("_typed", "_repairs", "_depth", "_in_string", "_escape", "_key", "_expect", "_held", "null", "_started", "_maybe_null")
+
+    def __init__(self, typed: dict[str, dict[str, Any]], repairs: Counter[str]) -> None:
+        self._typed = typed  # property -> schema, for the properties that admit no string
+        self._repairs = repairs
+        self._depth = 0
+        self._in_string = False
+        self._escape = False
+        self._key: list[str] | None = None  # the top-level key being read
+        self._expect = "value"  # at depth 1: "key", "colon", "value", "after"
+        self._held: list[str] | None = None  # a typed property's string value, held
+        self.null = False  # the arguments are `null` (so far)
+        self._started = False
+        self._maybe_null: str | None = None  # the start of the arguments, while it may spell null
+
+    @classmethod
+    def for_tool(cls, spec: ToolSpec | None, repairs: Counter[str]) -> ArgumentTyping | None:
+        properties = spec.parameters.get("properties") if spec is not None and isinstance(spec.parameters, dict) else None
+        if not isinstance(properties, dict):
+            return None
+        typed = {name: schema for name, schema in properties.items() if isinstance(schema, dict) and (types := schema_types(schema)) and "string" not in types}
+        return cls(typed, repairs) if typed else cls({}, repairs)
+
+    @property
+    def held(self) -> bool:
+        return self._held is not None or self._maybe_null is not None
+
+    def feed(self, text: str) -> str:
+        out: list[str] = []
+        for c in text:
+            self._step(c, out)
+        return "".join(out)
+
+    def finish(self) -> str:
+        if self._held is not None:  # the string never closed: as it came
+            held, self._held = "".join(self._held), None
+            return held
+        if self._maybe_null is not None and not self.null:  # a start of null, cut off: as it came
+            held, self._maybe_null = self._maybe_null, None
+            return held
+        return ""
+
+    def _step(self, c: str, out: list[str]) -> None:  # noqa: C901 (one character, one place)
+        if not self._started:
+            if c in _WHITESPACE:
+                out.append(c)
+                return
+            self._started = True
+            if c == "n":  # may be `null` for the whole arguments: sent as {} at the end
+                self._maybe_null = "n"
+                return
+        if self._maybe_null is not None:
+            candidate = self._maybe_null + c
+            if "null".startswith(candidate) or candidate.startswith("null") and not candidate[4:].strip(_WHITESPACE):
+                self._maybe_null = candidate
+                self.null = candidate.startswith("null")
+                return
+            held, self._maybe_null, self.null = candidate, None, False  # not `null`: as it came
+            for replayed in held:
+                self._step(replayed, out)
+            return
+        if self._held is not None:
+            self._held.append(c)
+            if self._escape:
+                self._escape = False
+            elif c == "\\":
+                self._escape = True
+            elif c == '"':
+                out.append(self._typed_value("".join(self._held)))
+                self._held = None
+                self._in_string = False
+                self._expect = "after"
+            return
+        out.append(c)
+        if self._in_string:
+            if self._escape:
+                self._escape = False
+            elif c == "\\":
+                self._escape = True
+            elif c == '"':
+                self._in_string = False
+                if self._key is not None and self._depth == 1 and self._expect == "key":
+                    self._expect = "colon"
+            elif self._key is not None and self._depth == 1 and self._expect == "key":
+                self._key.append(c)
+            return
+        if c in _WHITESPACE:
+            return
+        if c in "{[":
+            self._depth += 1
+            if self._depth == 1:
+                self._expect = "key"
+                self._key = []
+        elif c in "}]":
+            self._depth -= 1
+        elif self._depth == 1 and c == ":":
+            self._expect = "value"
+        elif self._depth == 1 and c == ",":
+            self._expect = "key"
+            self._key = []
+        elif c == '"':
+            if self._depth == 1 and self._expect == "value" and "".join(self._key or ()) in self._typed:
+                out.pop()
+                self._held = ['"']
+                self._in_string = True
+                return
+            self._in_string = True
+        if self._depth == 1 and self._expect == "value" and c not in ":":
+            self._expect = "after"
+
+    def _typed_value(self, held: str) -> str:
+        key = "".join(self._key or ())
+        try:
+            text = json.loads(held)
+        except ValueError:
+            return held
+        value = coerce_value(text, self._typed[key])
+        if isinstance(value, str):
+            return held
+        self._repairs[TYPED_VALUE] += 1
+        return json.dumps(value, ensure_ascii=False)
