@@ -218,3 +218,19 @@ def test_fuzz_messages_rewriter(body, cuts, model):
     again, _ = rewrite(model, body, pieces)
     assert without_ids(check_messages_stream(again)) == expected
     assert (b"data: {oops\n\n" in body) is (b"data: {oops\n\n" in whole)
+
+
+def test_native_tool_use_values_are_typed_by_the_schema():
+    """Upstream's own tool_use with stringified values the schema types otherwise, and null."""
+    tool = {"name": "search", "input_schema": {"type": "object", "properties": {"q": {"type": "string"}, "limit": {"type": "integer"}}}}
+    body = sse([
+        message_start("m"),
+        *tool_use_events(0, "toolu_A", "search", ['{"q": "5", "li', 'mit": "', '5"}']),
+        *tool_use_events(1, "toolu_B", "search", ["nu", "ll"]),
+        {"type": "message_delta", "delta": {"stop_reason": "tool_use", "stop_sequence": None}, "usage": {"output_tokens": 5}},
+        {"type": "message_stop"},
+    ])
+    out, rewriter = rewrite("qwen3", body, tools=[tool])
+    result = check_messages_stream(out)
+    assert [b["input"] for b in result["content"]] == [{"q": "5", "limit": 5}, {}]
+    assert rewriter.stats.stream_repairs["typed_value"] == 1 and rewriter.stats.stream_repairs["empty_arguments"] == 1

@@ -39,6 +39,7 @@ from json_repair import repair_json
 
 from .calls import CallScope, RewriteStats, random_id
 from .lexers import ScopeLexers
+from .native import EMPTY_ARGUMENTS, ArgumentTyping
 from .lexers.base import CallArgs, CallBegin, CallEnd, Lexer, ReasoningEnd, ReasoningText, Segment, Text, TextPieces
 from .sse import encode_event, read_event
 from .stream import SseRewriter, markup_may_start
@@ -101,6 +102,7 @@ class NativeCall:
     held: list[str] = field(default_factory=list)  # pieces that would break the JSON, held
     deltas: int = 0
     stop: Outgoing | None = None  # upstream's stop, held one event: a split call's next block may follow
+    typing: ArgumentTyping | None = None  # values typed by the tool's schema (native.py)
 
 
 class MessagesRewriter:
@@ -376,6 +378,7 @@ class MessagesRewriter:
         ours = self._new_block(TOOL_USE)
         self.blocks[-1].update({"id": block.get("id"), "name": block.get("name")})
         call = NativeCall(ours, block.get("id"))
+        call.typing = ArgumentTyping.for_tool(self._dialects.scope.tools.get(block.get("name")), self.stats.stream_repairs)
         self._native[event.get("index")] = call
         self.calls_made += 1
         self._dialects.scope.note_upstream_call()
@@ -402,12 +405,20 @@ class MessagesRewriter:
             return
         if call.start_input is not None:  # deltas follow: the start's input was a preview
             call.start_input = None
+        typed = call.typing.feed(piece) if call.typing is not None else piece
+        if typed:
+            self._send_native_piece(call, typed, out, incoming if typed == piece else None)
+
+    def _send_native_piece(self, call: NativeCall, piece: str, out: list[Outgoing], incoming: Outgoing | None) -> None:
         if call.held or not call.json.feed(piece):
             call.held.append(piece)  # the arguments broke: the rest is repaired at the end
             return
         call.deltas += 1
         self.grow(call.out.index, piece)
-        out.append(self._renumbered(incoming, call.out.index))
+        if incoming is not None:
+            out.append(self._renumbered(incoming, call.out.index))
+        else:
+            out.append(Outgoing({"type": "content_block_delta", "index": call.out.index, "delta": {"type": "input_json_delta", "partial_json": piece}}))
 
     def _release_held_stop(self, out: list[Outgoing]) -> None:
         call, self._last_native = self._last_native, None
@@ -416,6 +427,12 @@ class MessagesRewriter:
 
     def _end_native(self, call: NativeCall, out: list[Outgoing], stop: Outgoing | None) -> None:
         index = call.out.index
+        typing, call.typing = call.typing, None
+        if typing is not None:
+            if typing.null:  # `null` arguments: the client's input stays {}
+                self.stats.stream_repairs[EMPTY_ARGUMENTS] += 1
+            elif rest := typing.finish():
+                self._send_native_piece(call, rest, out, None)
         sent = self.grown(index)
         tail = ""
         if call.start_input is not None and not sent:
