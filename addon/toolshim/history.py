@@ -77,7 +77,7 @@ class HistoryRepair:
         """The state entries the reasoning repair would read (none when nothing is lost)."""
         return [key for turn in self._lost for key in turn.keys]
 
-    def apply(self, found: Mapping[str, bytes], placeholder: str = "") -> bool:
+    def apply(self, found: Mapping[str, Any], placeholder: str = "") -> bool:
         """Make every repair; returns whether the request changed."""
         if self.repairs & {TOOL_CONTENT, DEVELOPER_ROLE} and self.api != MESSAGES:  # neither applies there
             self._message_hygiene(TOOL_CONTENT in self.repairs, DEVELOPER_ROLE in self.repairs)
@@ -166,14 +166,16 @@ class HistoryRepair:
             lost.append(_LostTurn(at, message, keys))
         return lost
 
-    def _restore_reasoning(self, found: Mapping[str, bytes], placeholder: str) -> None:
+    def _restore_reasoning(self, found: Mapping[str, Any], placeholder: str) -> None:
         where = self._items_key
         restored = []
         for turn in self._lost:
             value = next((found[key] for key in turn.keys if key in found), None)
-            try:
-                reasoning = orjson.loads(value) if value is not None else None
+            try:  # the in-process store hands values decoded, a shared one as JSON bytes
+                reasoning = orjson.loads(value) if isinstance(value, bytes) else value
             except orjson.JSONDecodeError:  # a store holding something else: as good as nothing
+                reasoning = None
+            if not isinstance(reasoning, dict):
                 reasoning = None
             if reasoning is None:
                 self.misses.append(f"{where}[{turn.at}]")

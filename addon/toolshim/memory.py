@@ -89,6 +89,7 @@ class KeyMaker:
         self._base = hashlib.blake2b(digest_size=20, person=b"toolshim-turn")
         # Length-prefixed: no scope and anchor pair can spell another's.
         self._base.update(len(scope).to_bytes(4, "big") + scope + anchor.encode("utf-8", "surrogateescape"))
+        self._identity = self._base.digest()  # the conversation, as `_CALL_KEYS` knows it
 
     @classmethod
     def for_request(cls, request: Mapping[str, Any], headers: Mapping[str, str]) -> KeyMaker:
@@ -104,11 +105,27 @@ class KeyMaker:
 
     def call(self, call_id: Any, name: Any, arguments: Any) -> str:
         """A tool-call turn, by one of its calls."""
-        return self._key(["call", call_id, name, _parsed_arguments(arguments)])
+        if type(call_id) is not str or type(name) is not str or type(arguments) is not str or len(arguments) > 4096:
+            return self._key(["call", call_id, name, _parsed_arguments(arguments)])
+        # A conversation sends its whole history on every turn: the same calls are named again
+        # and again, and a lookup costs less than parsing and hashing them.
+        remembered = (self._identity, call_id, name, arguments)
+        key = _CALL_KEYS.get(remembered)
+        if key is None:
+            if len(_CALL_KEYS) >= _CALL_KEYS_KEPT:
+                _CALL_KEYS.clear()
+            key = _CALL_KEYS[remembered] = self._key(["call", call_id, name, _parsed_arguments(arguments)])
+        return key
 
     def answer(self, text: str) -> str:
         """A turn without calls, by its text."""
         return self._key(["answer", text.strip()])
+
+
+# Call keys already computed, by (conversation, id, name, arguments of at most 4 KB); cleared
+# when full: at most about 8,192 x 4 KB held.
+_CALL_KEYS: dict[tuple[bytes, str, str, str], str] = {}
+_CALL_KEYS_KEPT = 8192
 
 
 # -- what the client was given ---------------------------------------------------------------------
@@ -316,10 +333,14 @@ class LocalStore:
         self.max_bytes = max_bytes
         self.ttl = ttl
         self._clock = clock
-        self._entries: OrderedDict[str, tuple[float, bytes]] = OrderedDict()
+        # key -> (stored at, value as stored[, value decoded, once read])
+        self._entries: OrderedDict[str, tuple] = OrderedDict()
         self.stats = StoreStats()
 
-    def get_many(self, keys: Iterable[str]) -> dict[str, bytes]:
+    def get_many(self, keys: Iterable[str]) -> dict[str, Any]:
+        """The values found, decoded (each decoded once and kept: a conversation sends its whole
+        history on every turn, so the same entries are read again and again). Callers must not
+        change them."""
         now = self._clock()
         found = {}
         for key in keys:
@@ -330,7 +351,12 @@ class LocalStore:
                 self._drop(key)
                 continue
             self._entries.move_to_end(key)
-            found[key] = entry[1]
+            if len(entry) == 2:
+                try:
+                    entry = self._entries[key] = (entry[0], entry[1], orjson.loads(entry[1]))
+                except orjson.JSONDecodeError:
+                    continue
+            found[key] = entry[2]
         return found
 
     def put_many(self, items: Mapping[str, bytes]) -> None:
@@ -348,13 +374,13 @@ class LocalStore:
             self.stats.evicted += 1
         # Age: the oldest entries sit at the front (a hit moves an entry back, but keeps its time).
         while self._entries:
-            key, (stored, _) = next(iter(self._entries.items()))
-            if now - stored <= self.ttl:
+            key, entry = next(iter(self._entries.items()))
+            if now - entry[0] <= self.ttl:
                 break
             self._drop(key)
 
     def _drop(self, key: str) -> None:
-        _, value = self._entries.pop(key)
+        value = self._entries.pop(key)[1]
         self.stats.entries -= 1
         self.stats.bytes -= len(value)
 
