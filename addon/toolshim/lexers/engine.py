@@ -344,6 +344,17 @@ class JsonCallsLexer(BlockLexer):
     def _begin(self, kind: str) -> None:
         self._state = OPEN
 
+    def feed(self, text: str) -> list[Segment]:
+        scanner = self._scanner
+        if self._state == JSON and scanner.in_string and not scanner.escape and not self._tail and '"' not in text and "\\" not in text and self._size + len(text) <= self._max_held:
+            # The bulk of a held block: string text that cannot end the string. What `_step_json`
+            # makes of it (the whole piece taken), without its search.
+            self._raw.append(text)
+            self._size += len(text)
+            self.examined += len(text)
+            return []
+        return super().feed(text)
+
     def _room(self, pos: int, n: int) -> int:
         return min(n, pos + max(0, self._max_held - self._size) + 1)
 
