@@ -235,8 +235,10 @@ class ToolShim:
             "toolshim_reasoning_preopened",
             str,
             "auto",
-            "Does the output start inside a <think> block the chat template opened (DeepSeek-R1, "
-            "QwQ, Qwen3 Thinking)? 'auto': by model name; 'yes'; 'no'.",
+            "Does the output start inside a <think> block the chat template opened (DeepSeek "
+            "V3.1+ and R1, GLM-4.5+, MiniMax-M2, Kimi K2-Thinking and K2.5, Qwen3 Thinking and "
+            "3.5 when thinking is on)? 'auto': by the request (chat_template_kwargs, thinking, "
+            "reasoning_effort) and the model name; 'yes'; 'no'.",
             choices=["auto", "yes", "no"],
         )
         loader.add_option(
@@ -345,6 +347,10 @@ class ToolShim:
             self._dialects = names or None
         if "toolshim_max_held" in updated and ctx.options.toolshim_max_held < 1024:
             raise exceptions.OptionsError("toolshim_max_held must be at least 1024 characters")
+        # mitmproxy lists `choices` in its help, but does not refuse others set with --set.
+        for name, allowed in (("toolshim_reasoning_preopened", ("auto", "yes", "no")), ("toolshim_reasoning_field", ("auto", "reasoning_content", "reasoning"))):
+            if name in updated and getattr(ctx.options, name) not in allowed:
+                raise exceptions.OptionsError(f"{name}: {getattr(ctx.options, name)!r} is not one of {', '.join(allowed)}")
         if "toolshim_request_repairs" in updated:
             try:
                 self._repair_policy = RepairPolicy.parse(ctx.options.toolshim_request_repairs)
@@ -492,7 +498,8 @@ class ToolShim:
     def _with_options(self, context: RequestContext) -> RequestContext:
         context.dialects = self._dialects
         preopened = ctx.options.toolshim_reasoning_preopened
-        context.reasoning_preopened = None if preopened == "auto" else preopened == "yes"
+        if preopened != "auto":  # else what the request and the model say (RequestContext)
+            context.reasoning_preopened = preopened == "yes"
         field_name = ctx.options.toolshim_reasoning_field
         context.reasoning_field = None if field_name == "auto" else field_name
         context.extensions = ctx.options.toolshim_extensions

@@ -1,4 +1,5 @@
-"""What backends need on the request side: a table by model name, and the option that overrides it.
+"""What backends need and do, by model name and request: the request repairs (a table, and the
+option that overrides it), and whether an answer starts inside reasoning the template opened.
 
 Request repairs are made only where a backend is known to need them (research and the links in
 the README's "Request repairs"): a request to a model the table does not know, with the option
@@ -106,3 +107,57 @@ class RepairPolicy:
     def repairs_for(self, backend: Backend) -> frozenset[str]:
         chosen = backend.repairs if self.use_table else frozenset()
         return (chosen | self.added) - self.removed
+
+
+# -- thinking: does the answer start inside reasoning? ----------------------------------------------
+
+# Chat templates that open the reasoning block in the prompt when thinking is on: the output
+# starts inside it and only `</think>` (or a call, DeepSeek V4) ends it. DeepSeek V3.1 / V3.2 /
+# V4 (`thinking`), GLM-4.5 and later (`enable_thinking`), MiniMax-M2 and later (always), Kimi
+# K2-Thinking and K2.5 (`thinking`), Qwen3 thinking and Qwen3.5 (`enable_thinking`). A template
+# that leaves the tag to the model is read alike: an opening tag the model writes anyway is
+# dropped (lexers/think.py).
+_THINKING_TEMPLATES = re.compile(r"deepseek|glm-?4\.[5-9]|glm-?[5-9]|minimax-m|kimi|moonshot|k2|qwen3|qwq", re.I)
+# Models whose name says they think whatever the request says: the templates that always open
+# the block (DeepSeek-R1, QwQ, Qwen3 Thinking, Qwen3.5/3.6) and the suffixes `-reasoner` and
+# `-thinking`. (A server that splits reasoning itself sends its reasoning field first, and then
+# the content is not read as starting inside reasoning: chat.py.) MiniMax-M2 and GLM are read
+# as pre-opened only when the request turns thinking on: recorded answers of theirs without the
+# request saying so carry their reasoning elsewhere (flows/dialect_minimax_invoke).
+_ALWAYS_THINKING = re.compile(r"deepseek-r1|qwq|qwen3[\w.-]*-thinking|qwen3\.[56]|[-_](?:reasoner|thinking)\b", re.I)
+_THINKING_OFF = ("disabled", "none", "off", False)
+
+
+def thinking_requested(request: dict) -> bool | None:
+    """What the request says about thinking: True (on), False (off) or None (nothing).
+    Read from `chat_template_kwargs` (`enable_thinking`, `thinking`), `thinking` (`{type:
+    enabled | adaptive | disabled}` or a boolean), `reasoning_effort` and Responses' `reasoning`."""
+    said: list[object] = []
+    kwargs = request.get("chat_template_kwargs")
+    if isinstance(kwargs, dict):
+        said += [kwargs[name] for name in ("enable_thinking", "thinking") if isinstance(kwargs.get(name), bool)]
+    thinking = request.get("thinking")
+    if isinstance(thinking, dict) and isinstance(thinking.get("type"), str):
+        said.append(thinking["type"].lower() not in _THINKING_OFF)
+    elif isinstance(thinking, bool):
+        said.append(thinking)
+    effort = request.get("reasoning_effort")
+    reasoning = request.get("reasoning")
+    if isinstance(reasoning, dict) and isinstance(reasoning.get("effort"), str):
+        effort = reasoning["effort"]
+    if isinstance(effort, str):
+        said.append(effort.lower() not in _THINKING_OFF)
+    if False in said:  # an explicit "off" anywhere wins: the template then closes the block
+        return False
+    return True if said else None
+
+
+def reasoning_preopened(model: str, request: dict) -> bool | None:
+    """Does the answer start inside reasoning (None: the request and the name do not say; the
+    lexers' own table by model name decides)?"""
+    requested = thinking_requested(request)
+    if requested is False:
+        return False
+    if requested and _THINKING_TEMPLATES.search(model) or _ALWAYS_THINKING.search(model):
+        return True
+    return None

@@ -13,6 +13,8 @@ from typing import Any
 
 import orjson
 
+from .backends import reasoning_preopened
+
 # OpenAI's rule for function names; dots never occur, hyphens do (MCP tools).
 TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _KIMI_COUNTER = re.compile(r":(\d+)\s*$")
@@ -36,7 +38,8 @@ class RequestContext:
     parallel_tool_calls: bool = True  # false: only the first call of a response becomes a call
     model: str = ""  # picks the dialects and whether reasoning starts pre-opened
     # Set from the addon's options: the dialects to run (None: by model), whether the output
-    # starts inside reasoning (None: by model), and the Chat field reasoning moved out of
+    # starts inside reasoning (read from the request and the model, backends.py; the option
+    # overrides it; None: the lexers' table by model), and the Chat field reasoning moved out of
     # `content` goes to (None: the one upstream uses, else `reasoning_content`).
     dialects: tuple[str, ...] | None = None
     reasoning_preopened: bool | None = None
@@ -76,6 +79,7 @@ class RequestContext:
             tool_choice_none=choice == "none" or anthropic_choice.get("type") == "none",
             parallel_tool_calls=request.get("parallel_tool_calls") is not False and anthropic_choice.get("disable_parallel_tool_use") is not True,
             model=request["model"] if isinstance(request.get("model"), str) else "",
+            reasoning_preopened=reasoning_preopened(request["model"] if isinstance(request.get("model"), str) else "", request),
         )
 
 
