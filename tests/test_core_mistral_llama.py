@@ -20,7 +20,8 @@ from toolshim.calls import (
 )
 from toolshim.lexers.base import CallArgs, CallBegin, CallEnd, Text
 from toolshim.lexers.llama import LlamaLexer
-from toolshim.lexers.mistral import MistralLexer
+from toolshim.lexers.engine import lexer as make_lexer
+from toolshim.lexers.specs import MISTRAL
 from toolshim.judge import call_entries
 from toolshim.tools import RequestContext, ToolSpec
 
@@ -30,6 +31,10 @@ TOOLS = {name: ToolSpec(name, {"type": "object"}) for name in NAMES}
 TOOLS["weather"] = ToolSpec("weather", WEATHER)
 TOOLS["strict_weather"] = ToolSpec("strict_weather", {**WEATHER, "additionalProperties": False}, strict=True)
 ID = "<id>"  # minted ids are random: compared separately
+
+
+def mistral_lexer(scope, **kwargs):
+    return make_lexer(MISTRAL, scope, **kwargs)
 
 
 def make_scope(tools=TOOLS, **context) -> CallScope:
@@ -58,7 +63,7 @@ def run(lexer, pieces, keep_ids=False):
 
 
 def mistral(text, scope=None, pieces=None, keep_ids=False, **kwargs):
-    return run(MistralLexer(scope or make_scope(), **kwargs), pieces or [text], keep_ids)
+    return run(mistral_lexer(scope or make_scope(), **kwargs), pieces or [text], keep_ids)
 
 
 def llama(text, scope=None, pieces=None, keep_ids=False, **kwargs):
@@ -83,21 +88,21 @@ def every_split(lex, text):
 SAMPLES = [
     (
         "mistral_pre_v11",
-        MistralLexer,
+        mistral_lexer,
         '[TOOL_CALLS][{"name": "add", "arguments":{"a": 3.5, "b": 4}}]',
         [],
         [("add", '{"a": 3.5, "b": 4}')],
     ),
     (
         "mistral_v11",  # as vLLM's Mistral tokenizer leaves it: `[ARGS]` stripped
-        MistralLexer,
+        mistral_lexer,
         '[TOOL_CALLS]add{"a": 3.5, "b": 4}[TOOL_CALLS]multiply{"a": 3, "b": 6}',
         [],
         [("add", '{"a": 3.5, "b": 4}'), ("multiply", '{"a": 3, "b": 6}')],
     ),
     (
         "mistral_v13+think",  # [THINK] is not read yet: it stays text
-        MistralLexer,
+        mistral_lexer,
         '[THINK]I\'m\nthinking[/THINK][TOOL_CALLS]special_function[ARGS]{"arg1":1}',
         [Text("[THINK]I'm\nthinking[/THINK]")],
         [("special_function", '{"arg1":1}')],
@@ -210,7 +215,7 @@ def test_mistral_model_ids_are_used_once_then_minted():
 
 
 def test_mistral_text_before_streams_live_and_only_a_marker_prefix_is_held():
-    lexer = MistralLexer(make_scope())
+    lexer = mistral_lexer(make_scope())
     assert lexer.feed("Let me [check] that. [TOOL") == [Text("Let me [check] that. ")]
     assert not lexer.idle
     assert lexer.feed("_CALLS]add[ARGS]{") == []
@@ -245,7 +250,7 @@ def test_mistral_prose_look_alikes_stay_text_at_every_split(text):
 
 
 def test_mistral_quoted_token_releases_as_soon_as_it_cannot_be_a_call():
-    lexer = MistralLexer(make_scope())
+    lexer = mistral_lexer(make_scope())
     # a word after the token may be a tool's name: held until a character says it is not one
     assert lexer.feed("The [TOOL_CALLS] token") == [Text("The ")]
     assert merge(lexer.feed(" marks calls")) == [Text("[TOOL_CALLS] token marks calls")]
@@ -253,7 +258,7 @@ def test_mistral_quoted_token_releases_as_soon_as_it_cannot_be_a_call():
 
 
 def test_mistral_list_of_anything_but_objects_streams_at_once():
-    lexer = MistralLexer(make_scope())
+    lexer = mistral_lexer(make_scope())
     assert merge(lexer.feed("[TOOL_CALLS] [see below")) == [Text("[TOOL_CALLS] [see below")]
     assert lexer.idle
 
@@ -325,13 +330,13 @@ def test_mistral_whitespace_after_calls_is_padding():
 
 def test_mistral_no_tools_passes_everything_at_once():
     text = '[TOOL_CALLS]add[ARGS]{"a": 1}'
-    lexer = MistralLexer(make_scope({}))
+    lexer = mistral_lexer(make_scope({}))
     assert lexer.feed(text[:14]) == [Text(text[:14])] and lexer.idle
     assert mistral(text, make_scope({})) == [Text(text)]
 
 
 def test_mistral_finish_leaves_the_lexer_as_new():
-    lexer = MistralLexer(make_scope())
+    lexer = mistral_lexer(make_scope())
     a = '[TOOL_CALLS]add[ARGS]{"a": 1}'
     for held in ["[TOOL_C", "[TOOL_CALLS]ad", '[TOOL_CALLS][{"name', a + "  ", a + "mul", ""]:
         lexer.feed(held)
@@ -535,7 +540,7 @@ def test_llama_finish_leaves_the_lexer_as_new():
 
 def test_minted_ids_are_unique_across_both_lexers_of_a_scope():
     scope = make_scope()
-    out = run(MistralLexer(scope), ["[TOOL_CALLS]add[ARGS]{}" * 5], keep_ids=True)
+    out = run(mistral_lexer(scope), ["[TOOL_CALLS]add[ARGS]{}" * 5], keep_ids=True)
     out += run(LlamaLexer(scope), ["<function=add>{}</function>" * 5], keep_ids=True)
     ids = [seg.id for seg in out if isinstance(seg, CallBegin)]
     assert len(ids) == 10 and len(set(ids)) == 10

@@ -21,7 +21,6 @@ from .deepseek import DeepSeekLexer
 from .harmony import HarmonyLexer
 from .kimi import KimiCallNamer, KimiLexer
 from .llama import LlamaLexer
-from .mistral import MistralLexer
 from .think import REASONING_TAGS, ReasoningSplit, ThinkLexer
 
 
@@ -59,10 +58,6 @@ def _harmony(lexers: ScopeLexers, reasoning: bool) -> Lexer:
     return HarmonyLexer(lexers.scope.for_dialect("harmony"), max_held=lexers.max_held)
 
 
-def _mistral(lexers: ScopeLexers, reasoning: bool) -> Lexer:
-    return MistralLexer(lexers.scope.for_dialect("mistral"), max_held=lexers.max_held)
-
-
 def _llama(lexers: ScopeLexers, reasoning: bool) -> Lexer:
     return LlamaLexer(lexers.scope.for_dialect("llama"), max_held=lexers.max_held, bare_json=not reasoning and lexers.bare_json)
 
@@ -79,7 +74,7 @@ DIALECTS: tuple[Dialect, ...] = (
     Dialect("kimi", re.compile(r"kimi|moonshot|k2", re.I), _kimi, _KIMI_STARTS, special_tokens=True, ends_reasoning=True),
     Dialect("deepseek", re.compile(r"deepseek", re.I), _deepseek, _DEEPSEEK_STARTS, special_tokens=True, ends_reasoning=True),
     Dialect("harmony", re.compile(r"gpt-oss|gpt_oss", re.I), _harmony, ("<|start|>", "<|channel|>"), special_tokens=True),
-    Dialect("mistral", re.compile(r"mistral|magistral|ministral|devstral|codestral|mixtral|pixtral", re.I), _mistral, ("[TOOL_CALLS]",), special_tokens=True, ends_reasoning=True),
+    Dialect("mistral", re.compile(r"mistral|magistral|ministral|devstral|codestral|mixtral|pixtral", re.I), _spec(specs.MISTRAL), specs.MISTRAL.starts, special_tokens=True, ends_reasoning=True),
     # Hermes before the XML dialects: they share `<tool_call>`, and each takes only what follows
     # it in its own form (`{`, `<function=`, a name), releasing the rest at once.
     Dialect("hermes", re.compile(r"qwen|qwq|hermes|nous", re.I), _spec(specs.HERMES), specs.HERMES.starts),

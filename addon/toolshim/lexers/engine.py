@@ -1,7 +1,7 @@
 """The dialect engine: one incremental lexer that reads any dialect described by a `Spec`.
 
 A spec names the markers that open a block in text and the kind of its body (`JsonCalls`,
-`XmlParams`, `KeyValues`, with the strings of the dialect); `lexer(spec, scope)` makes the lexer
+`XmlParams`, `KeyValues`, `NamedCalls`, with the strings of the dialect); `lexer(spec, scope)` makes the lexer
 that reads it. What every dialect shares is here once:
 
 * Text outside blocks streams live; only a possible beginning of an opening marker is held
@@ -10,12 +10,15 @@ that reads it. What every dialect shares is here once:
   schemas, `scope.admit_all`): calls, or the block shown as text exactly as written. A block
   that turns out not to be this dialect's (`<tool_call>` then something else) is released at
   once. All or nothing: a block shown as text cannot lose a part of itself.
-* Padding: whitespace right before an opening marker that is still unsent when the marker is
-  read belongs to the block (unsent: in the same piece, or held after a call or in front of a
-  possible marker); whitespace sent earlier stays sent. After a block that became calls,
-  whitespace is held: prose that follows gets it back in front, a next block takes it as its
-  padding, the end of the text drops it. A block that becomes calls drops its padding; a block
-  that stays text shows it.
+* Padding, in one of two ways (the body kind's `_LIVE`). BLOCK: whitespace right before an
+  opening marker that is still unsent when the marker is read belongs to the block (unsent: in
+  the same piece, or held after a call or in front of a possible marker); whitespace sent
+  earlier stays sent. LIVE: whitespace before a marker streams as text; after a block, AFTER
+  reads what follows: a next block may begin without a marker (`_continues`), an end token
+  after calls is swallowed (`_trailers`), separators count as whitespace. Both: after a block
+  that became calls, whitespace is held: prose that follows gets it back in front, a next block
+  takes it as its padding, the end of the text drops it. A block that becomes calls drops its
+  padding; a block that stays text shows it.
 * The cap: `max_held` counts every character of a block, markers included; the block is
   released at the same character however the text was split (no step reads past the cap).
 * Guarded closers: a body reader may read a closer and then wait for what follows it (PEND)
@@ -36,10 +39,13 @@ from typing import Any
 
 from ..calls import SCHEMA_MISMATCH, STRICT_FAILURE, UNKNOWN_NAME, CallScope
 from ..judge import ToolCallJudge, _properties, coerce_value, compact_json
-from .base import CLOSED, MORE, CallArgs, CallBegin, CallEnd, JsonScanner, Marker, Reporting, Segment, Text, TextPieces, excerpt, find_marker
+from ..judge import Calls, judge_call, judge_entries
+from .base import CLOSED, MORE, WAIT, CallArgs, CallBegin, CallEnd, JsonScanner, Marker, Reporting, Segment, Text, TextPieces, excerpt, find_marker
 
-TEXT = "text"
+TEXT, AFTER = "text", "after"
 MAX_NAME = 256  # a function, parameter or key name longer than this is not a name
+MAX_CALL_NAME = MAX_ID = 64  # OpenAI's limit: a longer run of name characters is prose, not a name
+_MODEL_ID = re.compile(r"[A-Za-z0-9_\-]{1,64}")  # a model's own call id we pass on (Mistral's: 9 alphanumerics)
 _WS = re.compile(r"\s*")
 _PARTIAL = object()  # what `match_tag` returns when more text is needed to tell
 
@@ -66,6 +72,9 @@ class JsonCalls:
     open: str
     close: str
 
+    def markers(self) -> tuple[Marker, ...]:
+        return (Marker(self.open, "open"),)
+
 
 @dataclass(frozen=True, slots=True)
 class XmlParams:
@@ -79,6 +88,9 @@ class XmlParams:
     parameter_name_stop: str = r"[<>\n]"
     quoted_names: bool = False  # `name="NAME"`: the quotes come off
 
+    def markers(self) -> tuple[Marker, ...]:
+        return (Marker(self.wrap[0], "wrap"),) + ((Marker(self.function[0], "bare"),) if self.bare else ())
+
 
 @dataclass(frozen=True, slots=True)
 class KeyValues:
@@ -90,8 +102,26 @@ class KeyValues:
     value: tuple[str, str]
     name_chars: str = r"[\w.:/-]"
 
+    def markers(self) -> tuple[Marker, ...]:
+        return (Marker(self.open, "open"),)
 
-Body = JsonCalls | XmlParams | KeyValues
+
+@dataclass(frozen=True, slots=True)
+class NamedCalls:
+    """After `open`: a JSON list of call objects, or calls written `NAME`, optionally `call_id` and
+    the model's id, optionally `args`, then the arguments object, back to back. No closer: a call
+    ends with its value. LIVE padding; a name right after a call is the next call."""
+
+    open: str
+    args: str
+    call_id: str
+    pad: str = r"[\s\u2581]*"  # held after `open` (`▁`: SentencePiece's space)
+
+    def markers(self) -> tuple[Marker, ...]:
+        return (Marker(self.open, "open"),)
+
+
+Body = JsonCalls | XmlParams | KeyValues | NamedCalls
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,12 +133,7 @@ class Spec:
     opens: tuple[Marker, ...] = field(init=False)  # what opens a block in text
 
     def __post_init__(self) -> None:
-        body = self.body
-        if isinstance(body, XmlParams):
-            opens = (Marker(body.wrap[0], "wrap"),) + ((Marker(body.function[0], "bare"),) if body.bare else ())
-        else:
-            opens = (Marker(body.open, "open"),)
-        object.__setattr__(self, "opens", opens)
+        object.__setattr__(self, "opens", self.body.markers())
 
     @property
     def starts(self) -> tuple[str, ...]:
@@ -116,10 +141,10 @@ class Spec:
         return tuple(m.text for m in self.opens)
 
 
-def lexer(spec: Spec, scope: CallScope, *, max_held: int = 1 << 20) -> BlockLexer:
-    """The lexer of one channel for `spec`."""
-    kind = {JsonCalls: JsonCallsLexer, XmlParams: XmlParamsLexer, KeyValues: KeyValuesLexer}[type(spec.body)]
-    return kind(spec, scope, max_held=max_held)
+def lexer(spec: Spec, scope: CallScope, *, max_held: int = 1 << 20, **options: Any) -> BlockLexer:
+    """The lexer of one channel for `spec` (`options`: the body kind's own)."""
+    kind = {JsonCalls: JsonCallsLexer, XmlParams: XmlParamsLexer, KeyValues: KeyValuesLexer, NamedCalls: NamedCallsLexer}[type(spec.body)]
+    return kind(spec, scope, max_held=max_held, **options)
 
 
 # -- the engine --------------------------------------------------------------------------------
@@ -131,6 +156,7 @@ class BlockLexer(Reporting):
     """Text, padding, holding a block, the cap and the verdict: everything but the body's grammar."""
 
     _STRIP_NEWLINES = True
+    _LIVE = False  # LIVE padding (see the module docstring); else BLOCK
 
     def __init__(self, spec: Spec, scope: CallScope, *, max_held: int = 1 << 20) -> None:
         self.spec = spec
@@ -142,8 +168,10 @@ class BlockLexer(Reporting):
         # Without declared tools no block can be a call: nothing is held, nothing is scanned.
         self._pass_through = not scope.tools
         self.examined = 0  # characters of JSON bodies examined by the scanner, over the lexer's life
-        self._steps: dict[str, Step] = self._step_table()
+        self._steps: dict[str, Step] = {AFTER: self._step_after, **self._step_table()}
         self._reset()
+        if self._state != TEXT:
+            self._report(False)
 
     def _step_table(self) -> dict[str, Step]:
         raise NotImplementedError
@@ -155,19 +183,40 @@ class BlockLexer(Reporting):
     def _reset_body(self) -> None:
         raise NotImplementedError
 
-    def _verdict(self, text: str) -> list[tuple[str, str]] | None:
-        """(name, arguments) of the calls of the block `text`, admitted; None: it is text."""
+    def _verdict(self, text: str) -> Calls | None:
+        """(name, arguments, the model's id or None) of the calls of the block `text`, admitted;
+        None: it is text."""
         raise NotImplementedError
 
     def _finish_block(self, out: list[Segment], tail: str) -> None:
         """The text ended inside a block (`tail`: unread, a possible tag cut short)."""
-        self._release(out, tail)
+        if not self._LIVE:
+            self._release(out, tail)
+            return
+        self._run(tail, out, final=True)  # LIVE steps read `_final`: none keeps a tail
+        if self._state not in (TEXT, AFTER):
+            self._end_block(out)
+
+    def _end_block(self, out: list[Segment]) -> None:
+        """LIVE: the text ended inside a block; by default it is incomplete, so it is text."""
+        self._release(out)
+
+    def _continues(self, c: str) -> str | None:
+        """AFTER: the state `c` begins when it continues the calls without a marker (None: not)."""
+        return None
+
+    def _separators(self) -> str:
+        """AFTER: the characters held with whitespace between the calls of the last block."""
+        return ""
 
     def _reset(self) -> None:
         self._state = TEXT
         self._tail = ""  # unread text: a possible beginning of a marker or tag
-        self._pad = ""  # whitespace held in TEXT (padding, see the module docstring)
+        self._pad = ""  # whitespace held in TEXT or AFTER (padding, see the module docstring)
         self._after_call = False  # the last thing out was a call: whitespace is held
+        self._trailers: tuple[str, ...] = ()  # end tokens swallowed after the last calls
+        self._section = ""  # the kind of marker that opened the last block
+        self._final = False  # the text has ended (`finish`)
         self._reset_block()
 
     def _reset_block(self) -> None:
@@ -198,13 +247,15 @@ class BlockLexer(Reporting):
         if not self._after_call:
             self._emit(out, self._pad)
         self._reset()
-        if not self.idle:
-            self._report(True)
+        idle = self._state == TEXT
+        if idle != self.idle:
+            self._report(idle)
         return out
 
     # -- text --------------------------------------------------------------------------------------
 
     def _run(self, buf: str, out: list[Segment], final: bool) -> None:
+        self._final = final
         pos: int | None = 0
         while pos is not None:
             if self._state == TEXT:
@@ -227,14 +278,18 @@ class BlockLexer(Reporting):
             self._tail = buf[match.pos :]
             return None
         self._block_pad, self._pad = self._pad, ""
-        end = match.pos + len(match.marker.text)
-        self._take(buf, match.pos, end)
-        self._begin(match.marker.kind)
+        return self._open(buf, match.pos, match.marker)
+
+    def _open(self, buf: str, at: int, marker: Marker) -> int:
+        end = at + len(marker.text)
+        self._section = marker.kind
+        self._take(buf, at, end)
+        self._begin(marker.kind)
         return end
 
     def _take_text(self, text: str, out: list[Segment], before_tag: bool) -> None:
         """Text outside blocks; `before_tag`: a marker (or a possible one) follows it."""
-        if before_tag:
+        if before_tag and not self._LIVE:
             body = text.rstrip()
         else:
             body = "" if self._after_call and text.isspace() else text
@@ -270,6 +325,113 @@ class BlockLexer(Reporting):
         self._tail = buf[j:]
         return None
 
+    # LIVE steps check the cap themselves: they read one character past it, then release.
+
+    def _room(self, pos: int, n: int) -> int:
+        return min(n, pos + max(0, self._max_held - self._size) + 1)
+
+    def _over_cap(self, out: list[Segment]) -> bool:
+        if self._size > self._max_held:
+            self._release(out)
+            return True
+        return False
+
+    def _tag(self, buf: str, j: int, tags: tuple[str, ...]) -> Any:
+        """`match_tag` to the end of `buf`; once the text has ended, a tag cut short is none."""
+        tag = match_tag(buf, j, len(buf), tags)
+        return None if tag is _PARTIAL and self._final else tag
+
+    def _follow(self, buf: str, pos: int, out: list[Segment], scanner: Any, cut_by: tuple[str, ...], closed: Callable[[list[Segment], int], int]) -> int | None:
+        """Follow a value with `scanner` from where the last piece stopped; `closed(out, end)` when
+        it closes. A tag of `cut_by` outside its strings cuts it short: released (TEXT reads it)."""
+        limit = self._room(pos, len(buf))
+        i = pos
+        while True:
+            j, what = scanner.scan(buf, i, limit, self._final)
+            self._take(buf, pos, j)
+            if what is CLOSED:
+                return closed(out, j)
+            if what is MORE:
+                return j if self._over_cap(out) else None
+            if what is WAIT:  # the scanner needs more text to read `buf[j:]`
+                self._tail = buf[j:]
+                return None
+            tag = self._tag(buf, j, cut_by)  # STOP: `buf[j]` may begin a tag
+            if tag is _PARTIAL:
+                self._tail = buf[j:]
+                return None
+            if tag is not None:
+                self._release(out)
+                return j
+            scanner.take(buf[j])
+            self._take(buf, j, j + 1)
+            pos = i = j + 1
+
+    # -- after a block (LIVE) ----------------------------------------------------------------------
+
+    def _step_after(self, buf: str, pos: int, limit: int, out: list[Segment]) -> int | None:
+        """AFTER: whitespace (and separators) after a block; what follows says whose it is."""
+        n = len(buf)
+        seps = self._separators()
+        end = pos
+        while end < n and (buf[end].isspace() or buf[end] in seps):
+            end += 1
+        self._pad += buf[pos:end]
+        if not self._after_call and self._pad:  # after text it is text, whatever follows
+            self._emit(out, self._pad)
+            self._pad = ""
+        if len(self._pad) > self._max_held:  # a flood of whitespace is not padding
+            return self._to_text(out, end)
+        if end == n:
+            return None
+        if self._after_call and self._trailers:
+            tag = match_tag(buf, end, n, self._trailers)
+            if tag is _PARTIAL:  # an end token cut short at the end is markup too
+                if self._final:
+                    self._trailers = ()
+                else:
+                    self._tail = buf[end:]
+                return None
+            if tag is not None:  # the end token of the calls: markup, swallowed
+                self._trailers = ()
+                return end + len(tag)
+        marker = self._marker_at(buf, end)
+        if marker is _PARTIAL:
+            self._tail = buf[end:]
+            return None
+        state = None if marker is not None else self._continues(buf[end])
+        if marker is None and state is None:
+            return self._to_text(out, end)
+        if self._after_call:  # the next block takes the padding; after text it was sent
+            self._block_pad = self._pad
+        else:
+            self._emit(out, self._pad)
+        self._pad = ""
+        self._trailers = ()
+        if marker is not None:
+            return self._open(buf, end, marker)
+        self._state = state
+        return end
+
+    def _marker_at(self, buf: str, j: int) -> Any:
+        """The opening marker at `buf[j]`, `_PARTIAL` (the text may still make one), or None."""
+        partial = False
+        for marker in self._opens:
+            if buf.startswith(marker.text, j):
+                return marker
+            if len(buf) - j < len(marker.text) and marker.text.startswith(buf[j:]):
+                partial = True
+        return _PARTIAL if partial and not self._final else None
+
+    def _to_text(self, out: list[Segment], pos: int) -> int:
+        """AFTER: prose follows; the padding goes back in front of it."""
+        self._emit(out, self._pad)
+        self._pad = ""
+        self._after_call = False
+        self._trailers = ()
+        self._state = TEXT
+        return pos
+
     # -- leaving a block ---------------------------------------------------------------------------
 
     def _close(self, out: list[Segment], pos: int, closing: str = "", implied: bool = False) -> int:
@@ -282,19 +444,26 @@ class BlockLexer(Reporting):
             text, trailing = body, text[len(body) :]
         calls = self._verdict(text)
         if calls:
-            scope = self._scope
-            for name, arguments in calls:
-                out.append(CallBegin(scope.mint_call_id(), name))
+            for name, arguments, model_id in calls:
+                out.append(CallBegin(self._call_id(model_id), name))
                 out.append(CallArgs(arguments))
                 out.append(CallEnd())
             self._after_call = True
         else:
             self._emit(out, self._block_pad + text + closing)
             self._after_call = False
-        self._state = TEXT
+            self._trailers = ()
+        self._state = AFTER if self._LIVE else TEXT
         self._reset_block()
         self._pad = trailing
         return pos
+
+    def _call_id(self, model_id: str | None) -> str:
+        """The model's id when it is usable and not taken in this scope, else a minted one."""
+        scope = self._scope
+        if model_id and _MODEL_ID.fullmatch(model_id) and not scope.id_taken(model_id):
+            return scope.claim_id(model_id)
+        return scope.mint_call_id()
 
     def _release(self, out: list[Segment], rest: str = "", implied: bool = False) -> None:
         """The block is not a call: everything held goes out as text, nothing lost."""
@@ -305,6 +474,7 @@ class BlockLexer(Reporting):
             text, trailing = body, text[len(body) :]
         self._emit(out, self._block_pad + text + rest)
         self._after_call = False
+        self._trailers = ()
         self._state = TEXT
         self._reset_block()
         self._pad = trailing
@@ -354,9 +524,6 @@ class JsonCallsLexer(BlockLexer):
             self.examined += len(text)
             return []
         return super().feed(text)
-
-    def _room(self, pos: int, n: int) -> int:
-        return min(n, pos + max(0, self._max_held - self._size) + 1)
 
     def _step_open(self, buf: str, pos: int, limit: int, out: list[Segment]) -> int | None:
         """OPEN: whitespace after the tag is held; the next character decides."""
@@ -426,9 +593,9 @@ class JsonCallsLexer(BlockLexer):
         else:  # OPEN, or a value cut short: nothing was a call, nothing is lost
             self._release(out, tail)
 
-    def _verdict(self, text: str) -> list[tuple[str, str]] | None:
+    def _verdict(self, text: str) -> Calls | None:
         calls = self.judge.verdict(text[len(self._body.open) :])
-        return [(call.name, call.arguments) for call in calls] if calls else None
+        return [(call.name, call.arguments, None) for call in calls] if calls else None
 
 
 # -- held calls with parameters: what XmlParams and KeyValues share ------------------------------
@@ -470,7 +637,7 @@ class _ParamsLexer(BlockLexer):
         else:  # nothing complete was a call: everything held is text, nothing lost
             self._release(out, tail)
 
-    def _verdict(self, text: str) -> list[tuple[str, str]] | None:
+    def _verdict(self, text: str) -> Calls | None:
         """All or nothing, like a list in a JSON block; problems noted as the judge notes them."""
         if not self._calls:
             return None
@@ -479,7 +646,7 @@ class _ParamsLexer(BlockLexer):
             if call.name not in tools:
                 self._scope.note(UNKNOWN_NAME, f"{excerpt(call.name)} is not a declared tool")
                 return None
-        built: list[tuple[str, str]] = []
+        built: Calls = []
         notes: list[tuple[str, str]] = []
         for call in self._calls:
             spec = tools[call.name]
@@ -493,8 +660,8 @@ class _ParamsLexer(BlockLexer):
                     self._scope.note(STRICT_FAILURE, f"{call.name}: {error}")
                     return None
                 notes.append((SCHEMA_MISMATCH, f"{call.name}: {error}"))
-            built.append((call.name, compact_json(arguments)))
-        if not self._scope.admit_all([name for name, _ in built]):
+            built.append((call.name, compact_json(arguments), None))
+        if not self._scope.admit_all([name for name, _, _ in built]):
             return None
         for problem, detail in notes:
             self._scope.note(problem, detail)
@@ -967,3 +1134,156 @@ class KeyValuesLexer(_ParamsLexer):
 
     def _end_pair(self) -> None:
         self._calls[0].params.append(_Param(self._key_chars, self._value_start, self._pend_at))
+
+
+# -- calls named in front of their arguments (Mistral) ---------------------------------------------
+
+CALLS, LIST_OPEN, LIST, CALL_NAME, CALL_ID, ARGS_OPEN, ARGS = "calls", "list_open", "list", "call_name", "call_id", "args_open", "args"
+_NAME_CHAR = re.compile(r"[A-Za-z0-9_.\-]")
+_NAME_RUN = re.compile(r"[A-Za-z0-9_.\-]*")
+_ID_RUN = re.compile(r"[A-Za-z0-9_\-]*")
+
+
+class NamedCallsLexer(BlockLexer):
+    """States, and what moves between them (`open`: `[TOOL_CALLS]`, `args`: `[ARGS]`, `call_id`:
+    `[CALL_ID]`):
+
+        TEXT       --open-->  CALLS  --pad-->  CALLS;  --`[`-->  LIST_OPEN;  --name character-->  NAME
+        LIST_OPEN  --whitespace, then `{`-->  LIST (a JSON list of call objects)
+        NAME       --`{`-->  ARGS (`args` stripped upstream);  --args-->  ARGS_OPEN;  --call_id-->  CALL_ID
+        CALL_ID    --id characters, then args-->  ARGS_OPEN  --whitespace, then `{`-->  ARGS
+        LIST, ARGS --the value closes-->  AFTER (verdict);  --open outside strings-->  TEXT (released)
+        AFTER      --open-->  CALLS;  --name character-->  NAME (the next call)
+        anything else where the table expects something: TEXT (released at once)
+        finish: a block still open is incomplete: text."""
+
+    _LIVE = True
+
+    def _step_table(self) -> dict[str, Step]:
+        b: NamedCalls = self._body  # type: ignore[assignment]
+        self._scanner = JsonScanner(stops="[")  # a `[` may begin `open`
+        self._pad_run = re.compile(b.pad)
+        self._inner = (b.args, b.call_id, b.open)
+        return {
+            CALLS: self._step_calls,
+            LIST_OPEN: self._opener(LIST),
+            CALL_NAME: self._step_name,
+            CALL_ID: self._step_id,
+            ARGS_OPEN: self._opener(ARGS),
+            LIST: self._step_value,
+            ARGS: self._step_value,
+        }
+
+    def _reset_body(self) -> None:
+        self._name = ""
+        self._model_id = ""
+        self._value_at = 0  # where the JSON value begins in the block
+        self._scanner.reset()
+
+    def _begin(self, kind: str) -> None:
+        self._state = CALLS
+
+    def _continues(self, c: str) -> str | None:
+        return CALL_NAME if _NAME_CHAR.match(c) else None  # v13+: the next name right after a call
+
+    def _step_calls(self, buf: str, i: int, limit: int, out: list[Segment]) -> int | None:
+        """CALLS: the pad after `open` is held; the next character decides."""
+        end = self._pad_run.match(buf, i, self._room(i, len(buf))).end()
+        self._take(buf, i, end)
+        if self._over_cap(out):
+            return end
+        if end == len(buf):
+            return None
+        if buf[end] == "[":
+            tag = self._tag(buf, end, (self._body.open,))
+            if tag is _PARTIAL:
+                self._tail = buf[end:]
+                return None
+            if tag is not None:  # `open` twice: the first is text, TEXT reads the second
+                return self._reject(out, end)
+            self._value_at = self._size
+            self._take(buf, end, end + 1)
+            self._scanner.take("[")
+            self._state = LIST_OPEN
+            self._over_cap(out)
+            return end + 1
+        if not _NAME_CHAR.match(buf, end):  # e.g. the token quoted in prose: shown at once
+            return self._reject(out, end)
+        self._state = CALL_NAME
+        return end
+
+    def _opener(self, state: str) -> Step:
+        """LIST_OPEN, ARGS_OPEN: whitespace, then the `{` of an object (`[see below]` is prose)."""
+
+        def step(buf: str, i: int, limit: int, out: list[Segment]) -> int | None:
+            end = _WS.match(buf, i, self._room(i, len(buf))).end()
+            self._take(buf, i, end)
+            if self._over_cap(out):
+                return end
+            if end == len(buf):
+                return None
+            if buf[end] != "{":
+                return self._reject(out, end)
+            if state == ARGS:
+                self._value_at = self._size
+            self._state = state
+            return end
+
+        return step
+
+    def _step_name(self, buf: str, i: int, limit: int, out: list[Segment]) -> int | None:
+        """NAME: name characters, then `{`, `args` or `call_id`."""
+        n = len(buf)
+        end = _NAME_RUN.match(buf, i, min(self._room(i, n), i + MAX_CALL_NAME - len(self._name) + 1)).end()
+        self._take(buf, i, end)
+        self._name += buf[i:end]
+        if self._over_cap(out):
+            return end
+        if len(self._name) > MAX_CALL_NAME:
+            return self._reject(out, end)
+        if end == n:
+            return None
+        if buf[end] == "{":
+            self._value_at = self._size
+            self._state = ARGS
+            return end
+        return self._inner_tag(buf, end, out, {self._body.args: ARGS_OPEN, self._body.call_id: CALL_ID})
+
+    def _step_id(self, buf: str, i: int, limit: int, out: list[Segment]) -> int | None:
+        """CALL_ID: the model's id, then `args`."""
+        n = len(buf)
+        end = _ID_RUN.match(buf, i, min(self._room(i, n), i + MAX_ID - len(self._model_id) + 1)).end()
+        self._take(buf, i, end)
+        self._model_id += buf[i:end]
+        if self._over_cap(out):
+            return end
+        if len(self._model_id) > MAX_ID:
+            return self._reject(out, end)
+        if end == n:
+            return None
+        return self._inner_tag(buf, end, out, {self._body.args: ARGS_OPEN})
+
+    def _inner_tag(self, buf: str, i: int, out: list[Segment], moves: dict[str, str]) -> int | None:
+        """At `buf[i]`: a tag of `moves` goes on; anything else is not a call (an `open` here is
+        read again by TEXT)."""
+        tag = self._tag(buf, i, self._inner)
+        if tag is _PARTIAL:
+            self._tail = buf[i:]
+            return None
+        if tag not in moves:
+            return self._reject(out, i)
+        end = i + len(tag)
+        self._take(buf, i, end)
+        if not self._over_cap(out):
+            self._state = moves[tag]
+        return end
+
+    def _step_value(self, buf: str, i: int, limit: int, out: list[Segment]) -> int | None:
+        """LIST, ARGS: follow the value to its end; `open` outside strings cuts it short."""
+        return self._follow(buf, i, out, self._scanner, (self._body.open,), self._close)
+
+    def _verdict(self, text: str) -> Calls | None:
+        value = text[self._value_at :]
+        if self._state == LIST:
+            return judge_entries(self.judge, value)
+        return judge_call(self.judge, self._name, value, self._model_id)

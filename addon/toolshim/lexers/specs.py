@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .engine import JsonCalls, KeyValues, Spec, XmlParams
+from .engine import JsonCalls, KeyValues, NamedCalls, Spec, XmlParams
 
 # Hermes, Qwen2.5, Qwen3, QwQ:  <tool_call>{"name": "get_weather", "arguments": {"city": "NYC"}}</tool_call>
 # ("parameters" for "arguments", a list of call objects, arguments as JSON text: see judge.py)
@@ -47,3 +47,11 @@ MINIMAX = Spec(
 # GLM-4.5 to 4.7:  <tool_call>NAME<arg_key>KEY</arg_key><arg_value>VALUE</arg_value></tool_call>
 # (4.5/4.6 put newlines between the parts; `<tool_call>NAME</tool_call>` is a call with `{}`)
 GLM = Spec("glm", KeyValues(open="<tool_call>", close="</tool_call>", key=("<arg_key>", "</arg_key>"), value=("<arg_value>", "</arg_value>")))
+
+# Mistral, after the `[TOOL_CALLS]` control token; the format depends on the tokenizer version:
+#   v3 / v7   [TOOL_CALLS][{"name": "add", "arguments": {"a": 1}, "id": "abcDEF123"}]
+#   v11       [TOOL_CALLS]add[CALL_ID]abcDEF123[ARGS]{"a": 1}[TOOL_CALLS]mul[CALL_ID]…
+#   v13+      [TOOL_CALLS]add[ARGS]{"a": 1}mul[ARGS]{"b": 2}
+# also `NAME{json}` (vLLM strips every control token but `[TOOL_CALLS]`) and a `▁` after the token.
+# `[THINK]…[/THINK]` (v13+ reasoning) is the think splitter's.
+MISTRAL = Spec("mistral", NamedCalls(open="[TOOL_CALLS]", args="[ARGS]", call_id="[CALL_ID]"))
