@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import json
 import sys
-import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,8 +38,8 @@ if _TESTS_DIR not in sys.path:
     sys.path.insert(0, _TESTS_DIR)
 
 from anthropic_stream import block_events, message_body, message_end, message_start, sse  # noqa: E402
-from harness import RecordedRequest, Script, ScriptedUpstream  # noqa: E402
-from thinking_backend import kimi_markup_pieces  # noqa: E402
+from harness import RecordedRequest, Script  # noqa: E402
+from thinking_backend import RecordingResponder, kimi_markup_pieces  # noqa: E402
 
 Leak = Literal["kimi", "minimax"]
 Kind = Literal["agent", "side", "count_tokens", "other"]
@@ -158,24 +157,13 @@ class Exchange:
         return f"{self.request.method} {path} {self.kind} turn={self.turn} stream={self.stream} tools={tools}"
 
 
-class AnthropicBackend:
+class AnthropicBackend(RecordingResponder):
     """Responder for one model name: `AnthropicBackend(model, marker).register(upstream)`."""
 
     def __init__(self, model: str, marker: str) -> None:
-        self.model = model
+        super().__init__(model)
         self.leak = leak_of(model)
         self.marker = marker
-        self._lock = threading.Lock()
-        self._exchanges: list[Exchange] = []
-
-    def register(self, upstream: ScriptedUpstream) -> AnthropicBackend:
-        upstream.add_responder(self.model, self)
-        return self
-
-    @property
-    def exchanges(self) -> list[Exchange]:
-        with self._lock:
-            return list(self._exchanges)
 
     @property
     def agent_turns(self) -> list[Exchange]:
@@ -200,9 +188,7 @@ class AnthropicBackend:
         else:
             kind = "agent" if tool is not None else "side"
         results = [b for b in content_blocks(body.get("messages"), "user") if b.get("type") == "tool_result"]
-        exchange = Exchange(request, kind, 1 + len(results), stream)
-        with self._lock:
-            self._exchanges.append(exchange)
+        self._record(Exchange(request, kind, 1 + len(results), stream))
 
         if kind == "other":
             error = {"type": "error", "error": {"type": "not_found_error", "message": f"no route {request.method} {path}"}}

@@ -322,23 +322,35 @@ def error_script(status: int, message: str) -> Script:
     return Script(status=status, headers=(("content-type", "application/json"),), chunks=(body,), framing="content-length")
 
 
-class ThinkingBackend:
-    """Responder for one model name: `ThinkingBackend(model).register(upstream)`."""
+class RecordingResponder:
+    """A responder for `ScriptedUpstream.add_responder` serving one model name, keeping every
+    exchange (a thread-safe list: the upstream answers on a thread per connection)."""
 
     def __init__(self, model: str) -> None:
         self.model = model
-        self.flavour = flavour_of(model)
         self._lock = threading.Lock()
-        self._exchanges: list[Exchange] = []
+        self._exchanges: list[Any] = []
 
-    def register(self, upstream: ScriptedUpstream) -> ThinkingBackend:
+    def register(self, upstream: ScriptedUpstream) -> RecordingResponder:
         upstream.add_responder(self.model, self)
         return self
 
     @property
-    def exchanges(self) -> list[Exchange]:
+    def exchanges(self) -> list[Any]:
         with self._lock:
             return list(self._exchanges)
+
+    def _record(self, exchange: Any) -> None:
+        with self._lock:
+            self._exchanges.append(exchange)
+
+
+class ThinkingBackend(RecordingResponder):
+    """Responder for one model name: `ThinkingBackend(model).register(upstream)`."""
+
+    def __init__(self, model: str) -> None:
+        super().__init__(model)
+        self.flavour = flavour_of(model)
 
     @property
     def errors(self) -> list[str]:
@@ -362,8 +374,7 @@ class ThinkingBackend:
         if not path.endswith(("/chat/completions", "/responses")):
             error = f"no route for {request.method} {path}"
         status = 200 if error is None else (404 if error.startswith("no route") else 400)
-        with self._lock:
-            self._exchanges.append(Exchange(request, api, turn, status, error, stream))
+        self._record(Exchange(request, api, turn, status, error, stream))
         if error is not None:
             return error_script(status, error)
 
