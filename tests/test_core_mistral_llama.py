@@ -19,9 +19,8 @@ from toolshim.calls import (
     RewriteStats,
 )
 from toolshim.lexers.base import CallArgs, CallBegin, CallEnd, Text
-from toolshim.lexers.llama import LlamaLexer
 from toolshim.lexers.engine import lexer as make_lexer
-from toolshim.lexers.specs import MISTRAL
+from toolshim.lexers.specs import LLAMA, MISTRAL
 from toolshim.judge import call_entries
 from toolshim.tools import RequestContext, ToolSpec
 
@@ -35,6 +34,10 @@ ID = "<id>"  # minted ids are random: compared separately
 
 def mistral_lexer(scope, **kwargs):
     return make_lexer(MISTRAL, scope, **kwargs)
+
+
+def llama_lexer(scope, **kwargs):
+    return make_lexer(LLAMA, scope, **kwargs)
 
 
 def make_scope(tools=TOOLS, **context) -> CallScope:
@@ -67,7 +70,7 @@ def mistral(text, scope=None, pieces=None, keep_ids=False, **kwargs):
 
 
 def llama(text, scope=None, pieces=None, keep_ids=False, **kwargs):
-    return run(LlamaLexer(scope or make_scope(), **kwargs), pieces or [text], keep_ids)
+    return run(llama_lexer(scope or make_scope(), **kwargs), pieces or [text], keep_ids)
 
 
 def call(name, args, call_id=ID):
@@ -109,7 +112,7 @@ SAMPLES = [
     ),
     (
         "llama3_json",  # the sample is bare JSON; with its optional `<|python_tag|>` in front
-        LlamaLexer,
+        llama_lexer,
         '<|python_tag|>{"name": "searchTool", "parameters": {"query": "test1"}}; {"name": "getOpenIncidentsTool", "parameters": {}}; '
         '{"name": "searchTool", "parameters": {"query": "test2"}}',
         [],
@@ -117,14 +120,14 @@ SAMPLES = [
     ),
     (
         "llama31_function_tag",
-        LlamaLexer,
+        llama_lexer,
         '<function=special_function>{"arg1": 1}</function>',
         [],
         [("special_function", '{"arg1": 1}')],
     ),
     (
         "llama4_pythonic",  # arguments rebuilt from Python literals: compact JSON
-        LlamaLexer,
+        llama_lexer,
         "Here's a call: <|python_start|>[get_weather(location='Tokyo', data=[1, 2, 3])]<|python_end|>",
         [Text("Here's a call: ")],
         [("get_weather", '{"location":"Tokyo","data":[1,2,3]}')],
@@ -171,7 +174,7 @@ def test_llama3_bare_json_sample_is_not_detected_without_python_tag():
 
 def test_pythonic_sample_split_as_sglang_streams_it():
     pieces = ["Here's a call: ", "<|python_", "start|>[get_weather(location=", "'Tokyo', data=[1, 2", ", 3])]<|python_end|>"]
-    lexer = LlamaLexer(make_scope())
+    lexer = llama_lexer(make_scope())
     assert lexer.feed(pieces[0]) == [Text("Here's a call: ")]  # text streams live
     assert lexer.feed(pieces[1]) == [] and not lexer.idle  # a possible marker is held
     assert run(lexer, pieces[2:]) == call("get_weather", '{"location":"Tokyo","data":[1,2,3]}')
@@ -405,7 +408,7 @@ def test_llama_prose_and_code_look_alikes_stay_text_at_every_split(text):
 
 
 def test_llama_code_sample_streams_as_soon_as_it_is_not_a_tag():
-    lexer = LlamaLexer(make_scope())
+    lexer = llama_lexer(make_scope())
     assert merge(lexer.feed("x = <function=foo>bar")) == [Text("x = <function=foo>bar")]
     assert lexer.idle
 
@@ -524,12 +527,12 @@ def test_llama_unit_over_the_cap_is_text():
 
 def test_llama_no_tools_passes_everything_at_once():
     text = "<function=add>{}</function>"
-    lexer = LlamaLexer(make_scope({}))
+    lexer = llama_lexer(make_scope({}))
     assert lexer.feed(text[:12]) == [Text(text[:12])] and lexer.idle
 
 
 def test_llama_finish_leaves_the_lexer_as_new():
-    lexer = LlamaLexer(make_scope())
+    lexer = llama_lexer(make_scope())
     a = "<function=add>{}</function>"
     for held in ["<|python_st", "<function=ad", "<|python_start|>[add(", "<|python_tag|>{", a + "  ", a + "<", ""]:
         lexer.feed(held)
@@ -541,7 +544,7 @@ def test_llama_finish_leaves_the_lexer_as_new():
 def test_minted_ids_are_unique_across_both_lexers_of_a_scope():
     scope = make_scope()
     out = run(mistral_lexer(scope), ["[TOOL_CALLS]add[ARGS]{}" * 5], keep_ids=True)
-    out += run(LlamaLexer(scope), ["<function=add>{}</function>" * 5], keep_ids=True)
+    out += run(llama_lexer(scope), ["<function=add>{}</function>" * 5], keep_ids=True)
     ids = [seg.id for seg in out if isinstance(seg, CallBegin)]
     assert len(ids) == 10 and len(set(ids)) == 10
     assert all(re.fullmatch(r"call_[A-Za-z0-9]{24}", i) for i in ids)

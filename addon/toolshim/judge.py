@@ -545,3 +545,64 @@ def judge_call(judge: ToolCallJudge, name: str, arguments: str, model_id: str | 
     """The verdict on one call written as a name and the JSON text of its arguments."""
     calls = judge.verdict(compact_json({"name": name, "arguments": arguments}))
     return [(call.name, call.arguments, model_id) for call in calls] if calls else None
+
+
+# -- pythonic call lists (Llama 4) ----------------------------------------------------------------
+
+
+class NotACall(Exception):
+    """A pythonic call list that is not one; the reason is the message."""
+
+
+def pythonic_entries(source: str) -> list[dict[str, Any]]:
+    """`[name(key=literal, ...), ...]` as call objects, read with `ast.parse`, nothing evaluated:
+    only keyword arguments whose values are literals (strings, numbers, True/False/None, lists,
+    tuples, dicts with string keys). Raises `NotACall` with the reason."""
+    try:
+        tree = ast.parse(source, mode="eval")
+    except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:  # ValueError: a NUL
+        raise NotACall(f"not a Python call list ({type(exc).__name__})") from None
+    if not isinstance(tree.body, ast.List) or not tree.body.elts:
+        raise NotACall("not a list of calls")
+    entries = []
+    for node in tree.body.elts:
+        if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Name):
+            raise NotACall("not a list of calls")
+        if node.args:
+            raise NotACall(f"{node.func.id}: positional arguments have no names")
+        arguments: dict[str, Any] = {}
+        for keyword in node.keywords:
+            if keyword.arg is None:
+                raise NotACall(f"{node.func.id}: ** arguments")
+            try:
+                arguments[keyword.arg] = _py_literal(keyword.value)
+            except RecursionError:
+                raise NotACall(f"{node.func.id}: nested too deeply") from None
+        entries.append({"name": node.func.id, "arguments": arguments})
+    return entries
+
+
+def _py_literal(node: ast.expr) -> Any:
+    """The JSON value of a literal; nothing is evaluated, anything else raises `NotACall`."""
+    if isinstance(node, ast.Constant):
+        value = node.value
+        if value is None or isinstance(value, (bool, int, str)):
+            return value
+        if isinstance(value, float) and math.isfinite(value):
+            return value
+    elif isinstance(node, (ast.List, ast.Tuple)):
+        return [_py_literal(element) for element in node.elts]
+    elif isinstance(node, ast.Dict):
+        result = {}
+        for key, value in zip(node.keys, node.values):
+            if not (isinstance(key, ast.Constant) and isinstance(key.value, str)):
+                raise NotACall("a dict key that is not a string")
+            result[key.value] = _py_literal(value)
+        return result
+    elif isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+        operand = node.operand
+        if isinstance(operand, ast.Constant) and type(operand.value) in (int, float):
+            value = -operand.value if isinstance(node.op, ast.USub) else operand.value
+            if not isinstance(value, float) or math.isfinite(value):
+                return value
+    raise NotACall(f"not a literal: {type(node).__name__}")

@@ -20,7 +20,6 @@ from . import engine, specs
 from .deepseek import DeepSeekLexer
 from .harmony import HarmonyLexer
 from .kimi import KimiCallNamer, KimiLexer
-from .llama import LlamaLexer
 from .think import REASONING_TAGS, ReasoningSplit, ThinkLexer
 
 
@@ -59,7 +58,8 @@ def _harmony(lexers: ScopeLexers, reasoning: bool) -> Lexer:
 
 
 def _llama(lexers: ScopeLexers, reasoning: bool) -> Lexer:
-    return LlamaLexer(lexers.scope.for_dialect("llama"), max_held=lexers.max_held, bare_json=not reasoning and lexers.bare_json)
+    # Llama 3.x's JSON calls without their tag, read only at the very start of a Llama's content
+    return engine.lexer(specs.LLAMA, lexers.scope.for_dialect("llama"), max_held=lexers.max_held, bare_json=not reasoning and lexers.bare_json)
 
 
 _LLAMA_MODELS = re.compile(r"llama|functionary", re.I)
@@ -67,7 +67,6 @@ _LLAMA_MODELS = re.compile(r"llama|functionary", re.I)
 
 _KIMI_STARTS = ("<|tool_calls_section_begin|>", "<|tool_call_section_begin|>", "<|tool_call_begin|>")
 _DEEPSEEK_STARTS = ("<\uff5ctool\u2581calls\u2581begin\uff5c>", "<\uff5ctool\u2581call\u2581begin\uff5c>", "<\uff5cDSML\uff5cfunction_calls>", "<\uff5cDSML\uff5ctool_calls>")
-_LLAMA_STARTS = ("<function=", '<function name="', "<|python_start|>", "<|python_tag|>")
 
 # In chain order: special tokens first, then tags.
 DIALECTS: tuple[Dialect, ...] = (
@@ -82,7 +81,7 @@ DIALECTS: tuple[Dialect, ...] = (
     Dialect("seed_oss", re.compile(r"seed-oss|seed_oss", re.I), _spec(specs.SEED_OSS), specs.SEED_OSS.starts),
     Dialect("glm", re.compile(r"glm|zhipu|z-ai", re.I), _spec(specs.GLM), specs.GLM.starts),
     Dialect("minimax", re.compile(r"minimax", re.I), _spec(specs.MINIMAX), specs.MINIMAX.starts),
-    Dialect("llama", _LLAMA_MODELS, _llama, _LLAMA_STARTS),
+    Dialect("llama", _LLAMA_MODELS, _llama, specs.LLAMA.starts),
 )
 DIALECT_NAMES = tuple(d.name for d in DIALECTS)
 # Every marker that may begin markup in some dialect or the reasoning split: the SSE layer's fast

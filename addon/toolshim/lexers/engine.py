@@ -32,15 +32,20 @@ for more text (`_wait`). Every character of a block is read once, plus a bounded
 
 from __future__ import annotations
 
+import json
+import json
+import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..calls import SCHEMA_MISMATCH, STRICT_FAILURE, UNKNOWN_NAME, CallScope
-from ..judge import ToolCallJudge, _properties, coerce_value, compact_json
-from ..judge import Calls, judge_call, judge_entries
-from .base import CLOSED, MORE, WAIT, CallArgs, CallBegin, CallEnd, JsonScanner, Marker, Reporting, Segment, Text, TextPieces, excerpt, find_marker
+from ..calls import INVALID_JSON, SCHEMA_MISMATCH, STRICT_FAILURE, UNKNOWN_NAME, CallScope
+from ..judge import Calls, NotACall, ToolCallJudge, _properties, coerce_value, compact_json, judge_call, judge_entries, pythonic_entries
+from .base import CLOSED, MORE, STOP, WAIT, CallArgs, CallBegin, CallEnd, JsonScanner, Marker, Reporting, Segment, Text, TextPieces, excerpt, find_marker
+from ..judge import call_entries
+from ..judge import call_entries
+from ..judge import call_entries
 
 TEXT, AFTER = "text", "after"
 MAX_NAME = 256  # a function, parameter or key name longer than this is not a name
@@ -48,6 +53,7 @@ MAX_CALL_NAME = MAX_ID = 64  # OpenAI's limit: a longer run of name characters i
 _MODEL_ID = re.compile(r"[A-Za-z0-9_\-]{1,64}")  # a model's own call id we pass on (Mistral's: 9 alphanumerics)
 _WS = re.compile(r"\s*")
 _PARTIAL = object()  # what `match_tag` returns when more text is needed to tell
+FUNCTION, NAMED, PYTHON, TAGGED = "function", "named", "python", "tagged"  # Llama's openers
 
 
 def match_tag(buf: str, j: int, limit: int, tags: tuple[str, ...]) -> Any:
@@ -67,10 +73,13 @@ def match_tag(buf: str, j: int, limit: int, tags: tuple[str, ...]) -> Any:
 
 @dataclass(frozen=True, slots=True)
 class JsonCalls:
-    """A JSON call object `{"name", "arguments"}` or a list of them, between `open` and `close`."""
+    """A JSON call object `{"name", "arguments"}` or a list of them, between `open` and `close`.
+    `close=""`: no closer, the block ends with its value (Granite 3); `name_key`: the key that
+    names the tool (Command's `tool_name`; its arguments are `parameters`, which the judge reads)."""
 
     open: str
     close: str
+    name_key: str = "name"
 
     def markers(self) -> tuple[Marker, ...]:
         return (Marker(self.open, "open"),)
@@ -94,13 +103,16 @@ class XmlParams:
 
 @dataclass(frozen=True, slots=True)
 class KeyValues:
-    """A name right after the opening tag, then key / value pairs up to the closer."""
+    """A name right after the opening tag, then key / value pairs up to the closer. `escaped`: a
+    separator that may arrive escaped (GLM-4.6's literal backslash-n): taken as whitespace, and a
+    block that has one had its values escaped too, so they are unescaped (JSON string escapes)."""
 
     open: str
     close: str
     key: tuple[str, str]
     value: tuple[str, str]
     name_chars: str = r"[\w.:/-]"
+    escaped: str = ""
 
     def markers(self) -> tuple[Marker, ...]:
         return (Marker(self.open, "open"),)
@@ -121,7 +133,25 @@ class NamedCalls:
         return (Marker(self.open, "open"),)
 
 
-Body = JsonCalls | XmlParams | KeyValues | NamedCalls
+@dataclass(frozen=True, slots=True)
+class LlamaCalls:
+    """Three spellings, each with its own opener: a `function` tag around a JSON object (the
+    second opener ends its name at `">`), a Python list of calls after `python[0]` (literals
+    only, never evaluated), call objects after `tagged` separated by `separator`. LIVE padding;
+    after calls, `python[1]` or one of `tagged_ends` is swallowed."""
+
+    function: tuple[str, str]
+    function_end: str
+    python: tuple[str, str]
+    tagged: str
+    tagged_ends: tuple[str, ...]
+    separator: str
+
+    def markers(self) -> tuple[Marker, ...]:
+        return (Marker(self.function[0], FUNCTION), Marker(self.function[1], NAMED), Marker(self.python[0], PYTHON), Marker(self.tagged, TAGGED))
+
+
+Body = JsonCalls | XmlParams | KeyValues | NamedCalls | LlamaCalls
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,7 +173,7 @@ class Spec:
 
 def lexer(spec: Spec, scope: CallScope, *, max_held: int = 1 << 20, **options: Any) -> BlockLexer:
     """The lexer of one channel for `spec` (`options`: the body kind's own)."""
-    kind = {JsonCalls: JsonCallsLexer, XmlParams: XmlParamsLexer, KeyValues: KeyValuesLexer, NamedCalls: NamedCallsLexer}[type(spec.body)]
+    kind = {JsonCalls: JsonCallsLexer, XmlParams: XmlParamsLexer, KeyValues: KeyValuesLexer, NamedCalls: NamedCallsLexer, LlamaCalls: LlamaCallsLexer}[type(spec.body)]
     return kind(spec, scope, max_held=max_held, **options)
 
 
@@ -444,11 +474,14 @@ class BlockLexer(Reporting):
             text, trailing = body, text[len(body) :]
         calls = self._verdict(text)
         if calls:
-            for name, arguments, model_id in calls:
+            shown = self._between(text)  # text inside the block, shown in its place
+            for k, (name, arguments, model_id) in enumerate(calls):
+                self._emit(out, shown.get(k, ""))
                 out.append(CallBegin(self._call_id(model_id), name))
                 out.append(CallArgs(arguments))
                 out.append(CallEnd())
-            self._after_call = True
+            self._emit(out, shown.get(len(calls), ""))
+            self._after_call = not shown.get(len(calls))
         else:
             self._emit(out, self._block_pad + text + closing)
             self._after_call = False
@@ -457,6 +490,26 @@ class BlockLexer(Reporting):
         self._reset_block()
         self._pad = trailing
         return pos
+
+    def _between(self, text: str) -> dict[int, str]:
+        """Text of the block `text` that is no call, by the index of the call it comes before
+        (the number of calls: after the last); shown when the block becomes calls."""
+        return {}
+
+    def _between(self, text: str) -> dict[int, str]:
+        """Text of the block `text` that is no call, by the index of the call it comes before
+        (the number of calls: after the last); shown when the block becomes calls."""
+        return {}
+
+    def _between(self, text: str) -> dict[int, str]:
+        """Text of the block `text` that is no call, by the index of the call it comes before
+        (the number of calls: after the last); shown when the block becomes calls."""
+        return {}
+
+    def _between(self, text: str) -> dict[int, str]:
+        """Text of the block `text` that is no call, by the index of the call it comes before
+        (the number of calls: after the last); shown when the block becomes calls."""
+        return {}
 
     def _call_id(self, model_id: str | None) -> str:
         """The model's id when it is usable and not taken in this scope, else a minted one."""
@@ -553,13 +606,16 @@ class JsonCallsLexer(BlockLexer):
                 i = j
                 break
             if what is CLOSED:
+                if not body.close:  # no closer: the block ends with its value
+                    self._take(buf, pos, j)
+                    return self._close(out, j)
                 if self._value_end < 0:
                     self._value_end = self._size + j - pos
                 i = j
                 continue
             # "<" outside strings: maybe a tag
             self.examined += min(len(body.close), n - j)
-            if buf.startswith(body.close, j):
+            if body.close and buf.startswith(body.close, j):
                 self._take(buf, pos, j)
                 return self._close(out, j + len(body.close), closing=body.close)
             if buf.startswith(body.open, j):  # the closer is missing: the next block begins
@@ -568,7 +624,7 @@ class JsonCallsLexer(BlockLexer):
                     return self._close(out, j, implied=True)
                 self._release(out, implied=True)
                 return j
-            if n - j < len(body.close) and (body.close.startswith(buf[j:]) or body.open.startswith(buf[j:])):
+            if n - j < max(len(body.close), len(body.open)) and ((body.close and body.close.startswith(buf[j:])) or body.open.startswith(buf[j:])):
                 self._take(buf, pos, j)
                 self._tail = buf[j:]
                 return None
@@ -594,7 +650,12 @@ class JsonCallsLexer(BlockLexer):
             self._release(out, tail)
 
     def _verdict(self, text: str) -> Calls | None:
-        calls = self.judge.verdict(text[len(self._body.open) :])
+        block = text[len(self._body.open) :]
+        key = self._body.name_key
+        entries = call_entries(block) if key != "name" else None
+        if entries is not None:  # the judge reads `name`: renamed, the arguments as written
+            block = compact_json([{"name": e.get(key), "arguments": e.get("parameters", e.get("arguments"))} if isinstance(e, dict) else e for e in entries])
+        calls = self.judge.verdict(block)
         return [(call.name, call.arguments, None) for call in calls] if calls else None
 
 
@@ -683,6 +744,9 @@ class _ParamsLexer(BlockLexer):
 # -- XML parameters (Qwen3-Coder, MiniMax, Seed-OSS) ---------------------------------------------
 
 WRAP, NAME, BODY, VALUE, PEND = "wrap", "name", "body", "value", "pend"
+IN_WRAP, AFTER_BARE = "in_wrap", "after_bare"
+IN_WRAP, AFTER_BARE = "in_wrap", "after_bare"
+IN_WRAP, AFTER_BARE = "in_wrap", "after_bare"
 FUNC, PARAM, IMPLICIT = "function", "parameter", "implicit"  # whose name NAME reads
 
 
@@ -691,19 +755,27 @@ class XmlParamsLexer(_ParamsLexer):
 
         TEXT   --wrapper tag-->  WRAP;  --function tag (bare)-->  NAME (of the function)
         WRAP   --whitespace-->  WRAP;  --function tag-->  NAME;  --wrapper end, calls made-->  TEXT (verdict)
-        WRAP   --next wrapper tag, calls made-->  TEXT (verdict as if closed);  --else-->  TEXT (released)
+        WRAP   --next wrapper tag, calls made-->  TEXT (verdict as if closed)
+        WRAP   --other text, calls made-->  IN_WRAP;  --else-->  TEXT (released)
+        IN_WRAP  --text-->  IN_WRAP;  --function tag, wrapper end or tag-->  WRAP (the text is shown in place)
         NAME   --`>`-->  BODY (function) / VALUE (parameter);  --a character no name has-->  TEXT (released)
-        BODY   --whitespace-->  BODY;  --parameter tag-->  NAME;  --function end-->  WRAP (bare: verdict)
+        BODY   --whitespace-->  BODY;  --parameter tag-->  NAME;  --function end-->  WRAP (bare: AFTER_BARE)
         BODY   --anything else-->  TEXT (released: `use <function=NAME> tags` is prose)
         VALUE  --parameter end / function end-->  PEND;  --parameter tag opening a line-->  NAME (implicit)
         PEND   --whitespace-->  PEND;  --a tag that may follow the closer-->  the value ends where it began
         PEND   --anything else-->  VALUE (the closer was part of the value)
-        finish: WRAP after a complete function, or PEND after the function end: verdict; else text.
+        AFTER_BARE  --whitespace-->  AFTER_BARE;  --wrapper end-->  TEXT (verdict: an orphan end is
+               markup of the call);  --anything else-->  TEXT (verdict; the whitespace pads what follows)
+        finish: WRAP or IN_WRAP after a complete function, PEND after the function end, or
+               AFTER_BARE: verdict; else text.
 
     Values are not escaped, so a value may hold the dialect's own tags. A closer counts only when
     what follows it fits: the parameter end then the next parameter, the function end or the
     wrapper end; the function end then the wrapper end, the next function or the next wrapper
-    (bare: at once). Opening tags that begin a line inside a value open literal elements,
+    (bare: at once; a wrapper end right after it, a model's orphan closer, is part of the block).
+    Text inside a wrapper after a complete function (before the next function or the wrapper
+    end) is shown in its place when the block becomes calls; before the first function it makes
+    the block text at once. Opening tags that begin a line inside a value open literal elements,
     counted per kind, whose closers are literal too. A parameter tag beginning a line outside
     literal elements closes the value (a missing parameter end) when it names a property of the
     tool not yet given (any name not yet given when the tool has no properties); otherwise it
@@ -723,7 +795,15 @@ class XmlParamsLexer(_ParamsLexer):
         self._after_param_wrapped = (self._PARAM_OPEN, self._FUNC_CLOSE, self._WRAP_CLOSE)
         self._after_param_bare = (self._PARAM_OPEN, self._FUNC_CLOSE)
         self._after_function = (self._WRAP_CLOSE, self._FUNC_OPEN, self._WRAP_OPEN)
-        return {WRAP: self._step_wrap, NAME: self._step_name, BODY: self._step_body, VALUE: self._step_value, PEND: self._step_pend}
+        return {
+            WRAP: self._step_wrap,
+            NAME: self._step_name,
+            BODY: self._step_body,
+            VALUE: self._step_value,
+            PEND: self._step_pend,
+            IN_WRAP: self._step_in_wrap,
+            AFTER_BARE: self._step_after_bare,
+        }
 
     def _reset_body(self) -> None:
         super()._reset_body()
@@ -740,6 +820,8 @@ class XmlParamsLexer(_ParamsLexer):
         self._open_params = self._open_functions = self._open_wraps = 0
         self._pend_kind = PARAM  # which closer PEND is confirming
         self._pend_at = 0  # where that closer began: the value's end if it counts
+        self._function_end = 0  # where the last function's closer ended
+        self._texts: list[tuple[int, int, int]] = []  # (calls before it, start, end): text in the wrapper
 
     def _begin(self, kind: str) -> None:
         self._wrapped = kind == "wrap"
@@ -751,6 +833,21 @@ class XmlParamsLexer(_ParamsLexer):
     def _complete_at_end(self) -> bool:
         if self._state == WRAP:
             return bool(self._calls)  # every function in it is closed
+        if self._state == IN_WRAP:  # text after a complete function, up to the end
+            self._texts.append((len(self._calls), self._function_end, self._size))
+            return True
+        if self._state == AFTER_BARE:
+            return True
+        if self._state == IN_WRAP:  # text after a complete function, up to the end
+            self._texts.append((len(self._calls), self._function_end, self._size))
+            return True
+        if self._state == AFTER_BARE:
+            return True
+        if self._state == IN_WRAP:  # text after a complete function, up to the end
+            self._texts.append((len(self._calls), self._function_end, self._size))
+            return True
+        if self._state == AFTER_BARE:
+            return True
         if self._state == PEND and self._pend_kind == FUNC:  # the end of the text confirms it
             self._end_param(trim_close=True)
             return True
@@ -780,8 +877,50 @@ class XmlParamsLexer(_ParamsLexer):
             return self._close(out, j + len(tag))
         if self._calls and tag == self._WRAP_OPEN:  # the end tag is missing: the next block begins
             return self._close(out, j)
+        if self._calls:  # text after a complete function: held with the block, shown in place
+            self._state = IN_WRAP
+            return j
         # `<tool_call>{` (Hermes), `<tool_call>name` (GLM), prose: not ours, shown at once.
         return self._reject(out, j)
+
+    def _step_in_wrap(self, buf: str, i: int, limit: int, out: list[Segment]) -> int | None:
+        """IN_WRAP: text inside the wrapper after a function, up to the wrapper's next tag."""
+        while True:
+            j = buf.find("<", i, limit)
+            if j < 0:
+                self._take(buf, i, limit)
+                return self._wait(buf, limit, limit, out)
+            self._take(buf, i, j)
+            tag = match_tag(buf, j, limit, self._wrap_tags)
+            if tag is _PARTIAL:
+                return self._wait(buf, j, limit, out)
+            if tag is not None:  # WRAP reads the tag
+                self._texts.append((len(self._calls), self._function_end, self._size))
+                self._state = WRAP
+                return j
+            self._take(buf, j, j + 1)
+            i = j + 1
+
+    def _step_after_bare(self, buf: str, i: int, limit: int, out: list[Segment]) -> int | None:
+        """AFTER_BARE: a bare function ended; the wrapper's end may follow it (vLLM drops it with
+        whatever follows the call; here only the closer goes, prose after it stays)."""
+        j = self._skip_ws(buf, i, limit)
+        tag = match_tag(buf, j, limit, (self._WRAP_CLOSE,)) if j < limit else _PARTIAL
+        if tag is _PARTIAL:
+            if limit < len(buf):  # the cap: the call is complete, the look-ahead ends here
+                return self._close(out, j, implied=True)
+            self._tail = buf[j:]
+            return None
+        if tag is None:
+            return self._close(out, j, implied=True)
+        self._take(buf, j, j + len(tag))
+        return self._close(out, j + len(tag))
+
+    def _between(self, text: str) -> dict[int, str]:
+        shown: dict[int, str] = {}
+        for k, start, end in self._texts:  # whitespace before the next tag pads it
+            shown[k] = shown.get(k, "") + text[start:end].rstrip()
+        return shown
 
     def _read_name(self, target: str) -> None:
         self._name_for = target
@@ -850,8 +989,10 @@ class XmlParamsLexer(_ParamsLexer):
         self._calls[-1].params.append(_Param(self._param_name, self._value_start, self._pend_at, trim_close))
 
     def _end_function(self, out: list[Segment], pos: int) -> int:
-        if not self._wrapped:  # a bare function is the whole block
-            return self._close(out, pos)
+        if not self._wrapped:  # a bare function is the whole block (an orphan closer aside)
+            self._state = AFTER_BARE
+            return pos
+        self._function_end = self._size
         self._state = WRAP
         return pos
 
@@ -976,7 +1117,9 @@ class KeyValuesLexer(_ParamsLexer):
         PEND   --anything else-->  VALUE (the value end was part of the value)
         finish: PEND (every value closed): verdict; else text.
 
-    Values are taken as written (no newline comes off)."""
+    Values are taken as written (no newline comes off). With `escaped`, the whitespace that
+    AFTER_NAME, KV and PEND skip may hold the escaped separator; a block where one was skipped
+    has its values unescaped as the text of a JSON string (kept as written when that fails)."""
 
     _STRIP_NEWLINES = False
 
@@ -1000,6 +1143,31 @@ class KeyValuesLexer(_ParamsLexer):
         self._key_chars = ""
         self._value_start = 0
         self._pend_at = 0
+        self._escaped = False  # an escaped separator was read: the values are escaped too
+        self._pend_escaped = False  # `_escaped` when the value end PEND confirms was read
+
+    def _skip_sep(self, buf: str, i: int, limit: int) -> tuple[int, bool]:
+        """Whitespace and escaped separators from `i`: where they end, and whether an escaped
+        separator may be cut short there (more text decides)."""
+        sep = self._body.escaped
+        j = self._skip_ws(buf, i, limit)
+        while sep and j < limit and buf[j] == sep[0]:
+            if buf.startswith(sep, j, limit):
+                self._escaped = True
+                self._take(buf, j, j + len(sep))
+                j = self._skip_ws(buf, j + len(sep), limit)
+            else:
+                return j, limit - j < len(sep) and sep.startswith(buf[j:limit])
+        return j, False
+
+    def _value_text(self, text: str, param: _Param) -> str:
+        value = super()._value_text(text, param)
+        if self._escaped:
+            try:
+                return json.loads(f'"{value}"', strict=False)
+            except ValueError:
+                pass
+        return value
 
     def _begin(self, kind: str) -> None:
         self._state = HEAD
@@ -1037,8 +1205,8 @@ class KeyValuesLexer(_ParamsLexer):
     def _step_after_name(self, buf: str, i: int, limit: int, out: list[Segment]) -> int | None:
         """AFTER_NAME: the first key, or the end of a call without arguments."""
         b: KeyValues = self._body  # type: ignore[assignment]
-        j = self._skip_ws(buf, i, limit)
-        if j == limit:
+        j, cut = self._skip_sep(buf, i, limit)
+        if cut or j == limit:
             return self._wait(buf, j, limit, out)
         tag = match_tag(buf, j, limit, (b.key[0], b.close))
         if tag is _PARTIAL:
@@ -1077,8 +1245,8 @@ class KeyValuesLexer(_ParamsLexer):
         return j + len(tag)
 
     def _step_kv(self, buf: str, i: int, limit: int, out: list[Segment]) -> int | None:
-        j = self._skip_ws(buf, i, limit)
-        if j == limit:
+        j, cut = self._skip_sep(buf, i, limit)
+        if cut or j == limit:
             return self._wait(buf, j, limit, out)
         tag = match_tag(buf, j, limit, (self._body.value[0],))
         if tag is _PARTIAL:
@@ -1106,6 +1274,7 @@ class KeyValuesLexer(_ParamsLexer):
                 i = j + 1
                 continue
             self._pend_at = self._size
+            self._pend_escaped = self._escaped
             self._take(buf, j, j + len(tag))
             self._state = KV_PEND
             return j + len(tag)
@@ -1113,13 +1282,14 @@ class KeyValuesLexer(_ParamsLexer):
     def _step_pend(self, buf: str, i: int, limit: int, out: list[Segment]) -> int | None:
         """PEND: the value end counts when the next key or the end of the call follows."""
         b: KeyValues = self._body  # type: ignore[assignment]
-        j = self._skip_ws(buf, i, limit)
-        if j == limit:
+        j, cut = self._skip_sep(buf, i, limit)
+        if cut or j == limit:
             return self._wait(buf, j, limit, out)
         tag = match_tag(buf, j, limit, (b.key[0], b.close, b.open))
         if tag is _PARTIAL:
             return self._wait(buf, j, limit, out)
         if tag is None:  # part of the value, like the whitespace after it
+            self._escaped = self._pend_escaped  # (and a separator read there was none)
             self._state = KV_VALUE
             return j
         self._end_pair()
@@ -1287,3 +1457,276 @@ class NamedCallsLexer(BlockLexer):
         if self._state == LIST:
             return judge_entries(self.judge, value)
         return judge_call(self.judge, self._name, value, self._model_id)
+
+
+# -- Llama's three spellings ---------------------------------------------------------------------
+
+START, FUNC_NAME, FUNC_OPEN, FUNC_ARGS, FUNC_END = "start", "func_name", "func_open", "func_args", "func_end"
+PY_OPEN, PY_LIST, TAG_OPEN, TAG_JSON = "py_open", "py_list", "tag_open", "tag_json"
+
+
+class LlamaCallsLexer(BlockLexer):
+    """States, and what moves between them:
+
+        TEXT       --function-->  FUNC_NAME  --name characters, then `>` (`">`)-->  FUNC_OPEN
+        FUNC_OPEN  --whitespace, then `{`-->  FUNC_ARGS;  --function_end-->  AFTER (verdict: `{}`)
+        FUNC_ARGS  --the object closes-->  FUNC_END  --whitespace, then function_end-->  AFTER (verdict)
+        FUNC_END   --function opener-->  AFTER (verdict as if closed; AFTER reads the tag)
+        TEXT       --python-->  PY_OPEN  --whitespace, then `[`-->  PY_LIST  --the list closes-->  AFTER
+        TEXT       --tagged-->  TAG_OPEN  --whitespace, then `{`-->  TAG_JSON  --the object closes-->  AFTER
+        AFTER      --`{` after the separator (tagged)-->  TAG_JSON (the next call)
+        START (`bare_json`: Llama 3.x's call objects without the tag, only at the very start of
+               the text, as vLLM reads them)  --whitespace, then `{`-->  TAG_OPEN;  --else-->  TEXT
+        anything else where the table expects something, a value cut short by a tag outside its
+        strings: TEXT (released)
+        finish: FUNC_END gets its verdict as if closed (a half-written end tag goes with it);
+        anything else still open is text."""
+
+    _LIVE = True
+
+    def __init__(self, spec: Spec, scope: CallScope, *, max_held: int = 1 << 20, bare_json: bool = False) -> None:
+        self._bare_json = bare_json
+        super().__init__(spec, scope, max_held=max_held)
+
+    def _step_table(self) -> dict[str, Step]:
+        b: LlamaCalls = self._body  # type: ignore[assignment]
+        self._json = JsonScanner(stops="<")
+        self._python = PythonScanner()
+        self._func_cut = (b.function_end, b.function[0])
+        self._py_cut = (b.python[1], b.python[0], b.tagged)
+        self._tag_cut = (b.tagged,) + b.tagged_ends
+        return {
+            START: self._step_start,
+            FUNC_NAME: self._step_name,
+            FUNC_OPEN: self._step_func_open,
+            FUNC_ARGS: lambda buf, i, limit, out: self._follow(buf, i, out, self._json, self._func_cut, self._value_closed),
+            FUNC_END: self._step_func_end,
+            PY_OPEN: self._opener("[", PY_LIST),
+            PY_LIST: lambda buf, i, limit, out: self._follow(buf, i, out, self._python, self._py_cut, self._close),
+            TAG_OPEN: self._opener("{", TAG_JSON),
+            TAG_JSON: lambda buf, i, limit, out: self._follow(buf, i, out, self._json, self._tag_cut, self._close),
+        }
+
+    def _reset(self) -> None:
+        super()._reset()
+        if self._bare_json:
+            self._state = START
+
+    def _reset_body(self) -> None:
+        self._quoted = False
+        self._name = ""
+        self._value_at = 0  # where the value begins in the block
+        self._value_end = -1  # FUNC_END: where it ended
+        self._json.reset()
+        self._python.reset()
+
+    def _begin(self, kind: str) -> None:
+        self._quoted = kind == NAMED
+        self._state = {FUNCTION: FUNC_NAME, NAMED: FUNC_NAME, PYTHON: PY_OPEN, TAGGED: TAG_OPEN}[kind]
+
+    def _continues(self, c: str) -> str | None:
+        if self._section == TAGGED and c == "{" and self._body.separator in self._pad:
+            return TAG_JSON
+        return None
+
+    def _separators(self) -> str:
+        return self._body.separator if self._section == TAGGED else ""
+
+    def _end_block(self, out: list[Segment]) -> None:
+        if self._state == FUNC_END:  # vLLM and llama.cpp accept a tag left open at the end
+            self._close(out, 0, implied=True)
+        elif self._state != START:  # whitespace alone at the start: dropped
+            self._release(out)
+
+    def _step_start(self, buf: str, i: int, limit: int, out: list[Segment]) -> int | None:
+        """START: whitespace alone decides nothing; a `{` first is a tagged call without its tag."""
+        end = _WS.match(buf, i).end()
+        if end == len(buf):
+            self._tail = buf[i:]
+            return None
+        self._state = TEXT
+        if buf[end] != "{":
+            return i
+        self._section = TAGGED
+        self._begin(TAGGED)
+        self._take(buf, i, end)
+        return end
+
+    def _step_name(self, buf: str, i: int, limit: int, out: list[Segment]) -> int | None:
+        """FUNC_NAME: name characters up to `>`; anything else (a code sample) is text."""
+        n = len(buf)
+        end = _NAME_RUN.match(buf, i, min(self._room(i, n), i + MAX_CALL_NAME - len(self._name) + 1)).end()
+        self._take(buf, i, end)
+        self._name += buf[i:end]
+        if self._over_cap(out):
+            return end
+        if len(self._name) > MAX_CALL_NAME:
+            return self._reject(out, end)
+        if end == n:
+            return None
+        close = '">' if self._quoted else ">"
+        if self._name and buf.startswith(close, end):
+            self._take(buf, end, end + len(close))
+            self._state = FUNC_OPEN
+            return end + len(close)
+        if self._name and close.startswith(buf[end:]):  # `"` at the end: the `>` may follow
+            self._tail = buf[end:]
+            return None
+        return self._reject(out, end)
+
+    def _step_func_open(self, buf: str, i: int, limit: int, out: list[Segment]) -> int | None:
+        """FUNC_OPEN: whitespace, then the arguments object or the end tag."""
+        end = _WS.match(buf, i, self._room(i, len(buf))).end()
+        self._take(buf, i, end)
+        if self._over_cap(out):
+            return end
+        if end == len(buf):
+            return None
+        if buf[end] == "{":
+            self._state = FUNC_ARGS
+            self._value_at = self._size
+            return end
+        tag = self._tag(buf, end, (self._body.function_end,))
+        if tag is _PARTIAL:
+            self._tail = buf[end:]
+            return None
+        if tag is None:
+            return self._reject(out, end)
+        self._take(buf, end, end + len(tag))
+        return self._close(out, end + len(tag))
+
+    def _value_closed(self, out: list[Segment], j: int) -> int:
+        self._state = FUNC_END
+        self._value_end = self._size
+        return j
+
+    def _step_func_end(self, buf: str, i: int, limit: int, out: list[Segment]) -> int | None:
+        """FUNC_END: whitespace, then the end tag (or the next tag: the end tag is missing)."""
+        b: LlamaCalls = self._body  # type: ignore[assignment]
+        end = _WS.match(buf, i, self._room(i, len(buf))).end()
+        self._take(buf, i, end)
+        if self._over_cap(out):
+            return end
+        if end == len(buf):
+            return None
+        tag = match_tag(buf, end, len(buf), self._func_cut)
+        if tag is _PARTIAL:
+            if not self._final:
+                self._tail = buf[end:]
+                return None
+            if b.function_end.startswith(buf[end:]):  # a half-written end tag at the end
+                self._take(buf, end, len(buf))
+                self._close(out, len(buf))
+                return None
+        if tag == b.function_end:
+            self._take(buf, end, end + len(tag))
+            return self._close(out, end + len(tag))
+        if tag == b.function[0]:  # AFTER reads the next tag
+            return self._close(out, end, implied=True)
+        return self._reject(out, end)  # a value followed by prose is not a call
+
+    def _opener(self, first: str, state: str) -> Step:
+        """PY_OPEN, TAG_OPEN: whitespace after the token, then `first` begins the value."""
+
+        def step(buf: str, i: int, limit: int, out: list[Segment]) -> int | None:
+            end = _WS.match(buf, i, self._room(i, len(buf))).end()
+            self._take(buf, i, end)
+            if self._over_cap(out):
+                return end
+            if end == len(buf):
+                return None
+            if buf[end] != first:  # e.g. `<|python_tag|>` before code for Llama's own interpreter
+                return self._reject(out, end)
+            self._state = state
+            self._value_at = self._size
+            return end
+
+        return step
+
+    def _verdict(self, text: str) -> Calls | None:
+        state, value = self._state, text[self._value_at :]
+        if state in (FUNC_OPEN, FUNC_END):
+            return judge_call(self.judge, self._name, "{}" if state == FUNC_OPEN else text[self._value_at : self._value_end])
+        if state == TAG_JSON:
+            self._trailers = self._body.tagged_ends
+            return judge_entries(self.judge, value)
+        self._trailers = (self._body.python[1],)
+        try:
+            entries = pythonic_entries(value)
+        except NotACall as exc:
+            self._scope.note(INVALID_JSON, f"pythonic call list: {exc}")
+            return None
+        return judge_entries(self.judge, compact_json(entries))
+
+
+_PY_STOP = re.compile(r"""[\[\](){}'"<]""")
+_IN_SINGLE = re.compile(r"['\\]")
+_IN_DOUBLE = re.compile(r'["\\]')
+
+
+class PythonScanner:
+    """`JsonScanner`'s contract for a Python list: strings (`'`, `"`, triple-quoted), escapes and
+    brackets; a `<` outside strings is a STOP. WAIT: a quote at the end of the text may still
+    begin a triple quote."""
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        self.depth = 0
+        self.quote = ""  # the open string's quote, "" outside strings
+        self.escape = False
+
+    def scan(self, buf: str, pos: int, limit: int, final: bool = False) -> tuple[int, str]:
+        n = len(buf)
+        i = pos
+        while i < limit:
+            if self.quote:
+                if self.escape:
+                    self.escape = False
+                    i += 1
+                    continue
+                stop = (_IN_SINGLE if self.quote[0] == "'" else _IN_DOUBLE).search(buf, i, limit)
+                if stop is None:
+                    return limit, MORE
+                j = stop.start()
+                if buf[j] == "\\":
+                    self.escape = True
+                    i = j + 1
+                elif len(self.quote) == 1 or buf.startswith(self.quote, j):
+                    i = j + len(self.quote)
+                    self.quote = ""
+                elif not final and n - j < 3 and self.quote.startswith(buf[j:]):
+                    return j, WAIT
+                else:  # a lone quote inside a triple-quoted string
+                    i = j + 1
+                continue
+            stop = _PY_STOP.search(buf, i, limit)
+            if stop is None:
+                return limit, MORE
+            j = stop.start()
+            c = buf[j]
+            if c == "<":
+                return j, STOP
+            if c in "'\"":
+                if buf.startswith(c * 3, j):
+                    self.quote = c * 3
+                elif not final and n - j < 3 and (c * 3).startswith(buf[j:]):
+                    return j, WAIT
+                else:
+                    self.quote = c
+                i = j + len(self.quote)
+                continue
+            if self.take(c):
+                return j + 1, CLOSED
+            i = j + 1
+        return i, MORE  # `i` may pass `limit` by the rest of a triple quote
+
+    def take(self, c: str) -> bool:
+        """Read one character outside strings; True when it closes the list."""
+        if c in "([{":
+            self.depth += 1
+        elif c in ")]}" and self.depth:
+            self.depth -= 1
+            return self.depth == 0
+        return False

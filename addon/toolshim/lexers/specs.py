@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .engine import JsonCalls, KeyValues, NamedCalls, Spec, XmlParams
+from .engine import JsonCalls, KeyValues, LlamaCalls, NamedCalls, Spec, XmlParams
 
 # Hermes, Qwen2.5, Qwen3, QwQ:  <tool_call>{"name": "get_weather", "arguments": {"city": "NYC"}}</tool_call>
 # ("parameters" for "arguments", a list of call objects, arguments as JSON text: see judge.py)
@@ -55,3 +55,21 @@ GLM = Spec("glm", KeyValues(open="<tool_call>", close="</tool_call>", key=("<arg
 # also `NAME{json}` (vLLM strips every control token but `[TOOL_CALLS]`) and a `▁` after the token.
 # `[THINK]…[/THINK]` (v13+ reasoning) is the think splitter's.
 MISTRAL = Spec("mistral", NamedCalls(open="[TOOL_CALLS]", args="[ARGS]", call_id="[CALL_ID]"))
+
+# Llama:  3.1  <function=get_weather>{"city": "Oslo"}</function>   (also `<function name="…">`)
+#         4    <|python_start|>[get_weather(city='Oslo', days=[1, 2])]<|python_end|>
+#         3.x  <|python_tag|>{"name": "get_weather", "parameters": {"city": "Oslo"}}; {…}<|eom_id|>
+# also `<function=NAME></function>` (`{}`), a missing `</function>` before the next tag or the end,
+# a pythonic list without `<|python_end|>`, "arguments" for "parameters". Known limit: 3.x JSON
+# without the tag is read only at the very start of a Llama model's text (prose holds JSON).
+LLAMA = Spec(
+    "llama",
+    LlamaCalls(
+        function=("<function=", '<function name="'),
+        function_end="</function>",
+        python=("<|python_start|>", "<|python_end|>"),
+        tagged="<|python_tag|>",
+        tagged_ends=("<|eom_id|>", "<|eot_id|>"),
+        separator=";",
+    ),
+)
