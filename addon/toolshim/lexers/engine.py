@@ -33,8 +33,6 @@ for more text (`_wait`). Every character of a block is read once, plus a bounded
 from __future__ import annotations
 
 import json
-import json
-import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -43,8 +41,6 @@ from typing import Any
 from ..calls import INVALID_JSON, SCHEMA_MISMATCH, STRICT_FAILURE, UNKNOWN_NAME, CallScope
 from ..judge import Calls, NotACall, ToolCallJudge, _properties, coerce_value, compact_json, judge_call, judge_entries, pythonic_entries
 from .base import CLOSED, MORE, STOP, WAIT, CallArgs, CallBegin, CallEnd, JsonScanner, Marker, Reporting, Segment, Text, TextPieces, excerpt, find_marker
-from ..judge import call_entries
-from ..judge import call_entries
 from ..judge import call_entries
 
 TEXT, AFTER = "text", "after"
@@ -496,21 +492,6 @@ class BlockLexer(Reporting):
         (the number of calls: after the last); shown when the block becomes calls."""
         return {}
 
-    def _between(self, text: str) -> dict[int, str]:
-        """Text of the block `text` that is no call, by the index of the call it comes before
-        (the number of calls: after the last); shown when the block becomes calls."""
-        return {}
-
-    def _between(self, text: str) -> dict[int, str]:
-        """Text of the block `text` that is no call, by the index of the call it comes before
-        (the number of calls: after the last); shown when the block becomes calls."""
-        return {}
-
-    def _between(self, text: str) -> dict[int, str]:
-        """Text of the block `text` that is no call, by the index of the call it comes before
-        (the number of calls: after the last); shown when the block becomes calls."""
-        return {}
-
     def _call_id(self, model_id: str | None) -> str:
         """The model's id when it is usable and not taken in this scope, else a minted one."""
         scope = self._scope
@@ -745,8 +726,7 @@ class _ParamsLexer(BlockLexer):
 
 WRAP, NAME, BODY, VALUE, PEND = "wrap", "name", "body", "value", "pend"
 IN_WRAP, AFTER_BARE = "in_wrap", "after_bare"
-IN_WRAP, AFTER_BARE = "in_wrap", "after_bare"
-IN_WRAP, AFTER_BARE = "in_wrap", "after_bare"
+_UNJUDGED = object()
 FUNC, PARAM, IMPLICIT = "function", "parameter", "implicit"  # whose name NAME reads
 
 
@@ -821,6 +801,7 @@ class XmlParamsLexer(_ParamsLexer):
         self._pend_kind = PARAM  # which closer PEND is confirming
         self._pend_at = 0  # where that closer began: the value's end if it counts
         self._function_end = 0  # where the last function's closer ended
+        self._judged: Any = _UNJUDGED  # a bare function's verdict, given at its end
         self._texts: list[tuple[int, int, int]] = []  # (calls before it, start, end): text in the wrapper
 
     def _begin(self, kind: str) -> None:
@@ -833,16 +814,6 @@ class XmlParamsLexer(_ParamsLexer):
     def _complete_at_end(self) -> bool:
         if self._state == WRAP:
             return bool(self._calls)  # every function in it is closed
-        if self._state == IN_WRAP:  # text after a complete function, up to the end
-            self._texts.append((len(self._calls), self._function_end, self._size))
-            return True
-        if self._state == AFTER_BARE:
-            return True
-        if self._state == IN_WRAP:  # text after a complete function, up to the end
-            self._texts.append((len(self._calls), self._function_end, self._size))
-            return True
-        if self._state == AFTER_BARE:
-            return True
         if self._state == IN_WRAP:  # text after a complete function, up to the end
             self._texts.append((len(self._calls), self._function_end, self._size))
             return True
@@ -915,6 +886,9 @@ class XmlParamsLexer(_ParamsLexer):
             return self._close(out, j, implied=True)
         self._take(buf, j, j + len(tag))
         return self._close(out, j + len(tag))
+
+    def _verdict(self, text: str) -> Calls | None:
+        return super()._verdict(text) if self._judged is _UNJUDGED else self._judged
 
     def _between(self, text: str) -> dict[int, str]:
         shown: dict[int, str] = {}
@@ -990,6 +964,10 @@ class XmlParamsLexer(_ParamsLexer):
 
     def _end_function(self, out: list[Segment], pos: int) -> int:
         if not self._wrapped:  # a bare function is the whole block (an orphan closer aside)
+            # Judged now: a block that is text goes at once, calls wait for what follows them.
+            self._judged = super()._verdict(self._raw.text())
+            if not self._judged:
+                return self._close(out, pos)
             self._state = AFTER_BARE
             return pos
         self._function_end = self._size
