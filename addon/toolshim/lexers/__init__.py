@@ -77,8 +77,10 @@ DIALECTS: tuple[Dialect, ...] = (
     # Hermes before the XML dialects: they share `<tool_call>`, and each takes only what follows
     # it in its own form (`{`, `<function=`, a name), releasing the rest at once.
     Dialect("hermes", re.compile(r"qwen|qwq|hermes|nous", re.I), _spec(specs.HERMES), specs.HERMES.starts),
-    Dialect("qwen_xml", re.compile(r"qwen", re.I), _spec(specs.QWEN_XML), specs.QWEN_XML.starts),
+    # Seed-OSS before Qwen XML: its wrapper holds Qwen's elements, and where both run (a model the
+    # table does not know) the wrapper must be read with its call, not left around a bare one.
     Dialect("seed_oss", re.compile(r"seed-oss|seed_oss", re.I), _spec(specs.SEED_OSS), specs.SEED_OSS.starts),
+    Dialect("qwen_xml", re.compile(r"qwen", re.I), _spec(specs.QWEN_XML), specs.QWEN_XML.starts),
     Dialect("glm", re.compile(r"glm|zhipu|z-ai", re.I), _spec(specs.GLM), specs.GLM.starts),
     Dialect("minimax", re.compile(r"minimax", re.I), _spec(specs.MINIMAX), specs.MINIMAX.starts),
     Dialect("llama", _LLAMA_MODELS, _llama, specs.LLAMA.starts),

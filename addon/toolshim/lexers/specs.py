@@ -45,8 +45,13 @@ MINIMAX = Spec(
 )
 
 # GLM-4.5 to 4.7:  <tool_call>NAME<arg_key>KEY</arg_key><arg_value>VALUE</arg_value></tool_call>
-# (4.5/4.6 put newlines between the parts; `<tool_call>NAME</tool_call>` is a call with `{}`)
-GLM = Spec("glm", KeyValues(open="<tool_call>", close="</tool_call>", key=("<arg_key>", "</arg_key>"), value=("<arg_value>", "</arg_value>")))
+# (4.5/4.6 put newlines between the parts; `<tool_call>NAME</tool_call>` is a call with `{}`).
+# GLM-4.6 also writes a block as if escaped for a JSON string: a literal backslash-n for each
+# newline and `\"` for each quote (vLLM and SGLang accept `\n` where a newline goes).
+GLM = Spec(
+    "glm",
+    KeyValues(open="<tool_call>", close="</tool_call>", key=("<arg_key>", "</arg_key>"), value=("<arg_value>", "</arg_value>"), escaped="\\n"),
+)
 
 # Mistral, after the `[TOOL_CALLS]` control token; the format depends on the tokenizer version:
 #   v3 / v7   [TOOL_CALLS][{"name": "add", "arguments": {"a": 1}, "id": "abcDEF123"}]
