@@ -6,11 +6,15 @@ Inputs: the text channels of every `flows/*.flow` body, whole and cut once at ev
 the fuzz strategies of test_fuzz (every dialect forced, all, by model) and of
 test_properties_hermes; and a corpus of every dialect's markup with no tools, strict tools,
 and the called tool undeclared, in random pieces.
+
+Dialects whose behaviour has changed on purpose since they matched (`CHANGED`) are left out of
+every chain compared.
 """
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import itertools
 import json
 import random
@@ -26,11 +30,17 @@ from harness import iter_sse_data, read_flows
 from test_fuzz import TOOLS, Witnesses, budget, dialect_call, lexer_case
 from test_properties_hermes import TOOLS as HERMES_TOOLS, model_text
 from toolshim.calls import CallScope, RewriteStats
-from toolshim.lexers import ScopeLexers
+from toolshim.lexers import ScopeLexers, dialects_for
 from toolshim.lexers.base import Text
 from toolshim.lexers.legacy import DIALECT_NAMES, ScopeLexers as LegacyScopeLexers
 from toolshim.tools import RequestContext, ToolSpec
 
+# Dialects that no longer match the old lexers, on purpose, and why.
+CHANGED = {
+    "qwen_xml": "issue 20 item 2 (67a8882, 2a5eb4b): text in a wrapper after a call is shown in its place; "
+    "a bare function waits for an orphan wrapper end",
+}
+COMPARED = tuple(name for name in DIALECT_NAMES if name not in CHANGED)
 FLOWS = sorted((Path(__file__).resolve().parents[1] / "flows").glob("*.flow"))
 RUNS = {"inputs": 0, "runs": 0}  # what the comparisons covered (printed with -s)
 
@@ -66,6 +76,8 @@ def run(factory, context, pieces, reasoning, max_held):
 
 def same(context, pieces, reasoning=False, max_held=1 << 20):
     RUNS["runs"] += 1
+    names = tuple(d.name for d in dialects_for(context.model, context.dialects) if d.name in COMPARED)
+    context = dataclasses.replace(context, dialects=names)
     new = run(ScopeLexers, context, pieces, reasoning, max_held)
     old = run(LegacyScopeLexers, context, pieces, reasoning, max_held)
     assert new == old, (context.model, context.dialects, pieces)
@@ -125,7 +137,7 @@ def test_every_flow_text_whole_and_cut_once_anywhere(path):
 # -- the fuzz strategies -----------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("forced", [*DIALECT_NAMES, "all", "by model"])
+@pytest.mark.parametrize("forced", [*COMPARED, "all", "by model"])
 @budget(40)
 @given(data=st.data())
 def test_fuzz_cases(forced, data):
@@ -156,7 +168,7 @@ TOOL_SETS = {
 }
 
 
-@pytest.mark.parametrize("dialect", DIALECT_NAMES)
+@pytest.mark.parametrize("dialect", COMPARED)
 @budget(30)
 @given(data=st.data())
 def test_markup_corpus_with_every_tool_set_in_random_pieces(dialect, data):
