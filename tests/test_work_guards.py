@@ -19,11 +19,11 @@ import pytest
 from harness import sse_body
 from toolshim import chat, sse
 from toolshim.chat import ChatStreamRewriter
-from toolshim.lexers import base, deepseek, engine, harmony, kimi, think
+from toolshim.lexers import base, deepseek, engine, harmony, kimi, think, tokens
 from toolshim.tools import RequestContext
 
 KINDS = ("marker search", "block scan", "framing")
-LEXER_MODULES = (base, deepseek, engine, harmony, kimi, think)
+LEXER_MODULES = (base, deepseek, engine, harmony, kimi, think, tokens)
 BASH = {"type": "function", "function": {"name": "bash", "parameters": {"type": "object", "properties": {"command": {"type": "string"}}}}}
 
 

@@ -81,20 +81,9 @@ import re
 
 from ..calls import UNKNOWN_NAME, CallScope
 from ..tools import ToolSpec
-from .base import (
-    CallArgs,
-    CallBegin,
-    CallEnd,
-    Marker,
-    ReasoningEnd,
-    Reporting,
-    Segment,
-    Text,
-    excerpt,
-    find_marker,
-    is_marker_fragment,
-)
-from ..judge import ToolCallJudge, compact_json, reads_as_json
+from ..judge import compact_json, reads_as_json
+from .base import CallBegin, Marker, ReasoningEnd, Segment, Text, excerpt
+from .tokens import DROP, HOLD, KEEP, TEXT, TokenLexer
 
 BAR, SPACE = "\uff5c", "\u2581"  # the fullwidth bar and the "lower one eighth block" space
 
@@ -132,9 +121,8 @@ _BLOCK_MARKERS = _DSML_ENDS + (_INVOKE_BEGIN,)
 _INVOKE_MARKERS = (_INVOKE_END, _INVOKE_BEGIN) + _DSML_ENDS
 _ALL_MARKERS = _V3_ALL + _DSML_BEGINS + _DSML_ENDS + (_INVOKE_BEGIN, _INVOKE_END, _THINK_END)
 
-TEXT, SECTION, HEADER, ARGS, HELD, FENCED, VISIBLE = "text", "section", "header", "args", "held", "fenced", "visible"
+SECTION, HEADER, ARGS, HELD, FENCED, VISIBLE = "section", "header", "args", "held", "fenced", "visible"
 BLOCK, INVOKE, INVOKE_VISIBLE = "block", "invoke", "invoke_visible"
-KEEP, HOLD, DROP = "keep", "hold", "drop"  # what happens to whitespace at the start of TEXT
 
 _MARKERS = {
     SECTION: _V3_ALL,
@@ -157,27 +145,18 @@ _PARAMETER_ATTRS = re.compile(r'\s+name="([^"]*)"(?:\s+string="(true|false)")?\s
 _NOT_SPACE = re.compile(r"\S")
 
 
-class DeepSeekLexer(Reporting):
+class DeepSeekLexer(TokenLexer):
     """Incremental lexer for one channel of one choice (see the module docstring)."""
 
     def __init__(self, scope: CallScope, *, max_held: int = 1 << 20, reasoning: bool = False) -> None:
-        self._scope = scope
-        self.judge = ToolCallJudge(scope)
-        self._max_held = max_held
+        super().__init__(scope, max_held=max_held)
         self._reasoning = reasoning
         # Without declared tools no markup can become a call: everything passes at once.
         self._pass_through = not scope.tools
         self._reset()
 
     def _reset(self) -> None:
-        self._state = TEXT
-        self._buf = ""  # unread text: at most a possible beginning of a marker
-        self._lead = KEEP
-        # Whitespace held: the start of a run that may yet prove to be padding (TEXT after
-        # calls, SECTION, BLOCK) or the end of live arguments (ARGS). Kept as parts so that a
-        # flood of spaces in small pieces costs linear time; over max_held it is released.
-        self._ws: list[str] = []
-        self._ws_len = 0
+        self._reset_tokens()
         self._run_text = False  # the text since the last marker holds something other than whitespace
         self._seen_section = False
         self._reset_section()
@@ -200,23 +179,13 @@ class DeepSeekLexer(Reporting):
     def feed(self, text: str) -> list[Segment]:
         if self._pass_through:
             return [Text(text)] if text else []
-        self._buf += text
-        out = self._run(final=False)
-        idle = self._state == TEXT and not self._buf and not self._ws and self._lead == KEEP
-        if idle != self.idle:
-            self._report(idle)
-        return out
+        return super().feed(text)
 
     def finish(self) -> list[Segment]:
         if self._pass_through:
             return []
         out: list[Segment] = []
-        # Whatever is unread may begin a marker the end of the text cut in half: inside markup
-        # that is markup (dropped with it, or shown with it), anywhere else it is text.
-        cut, self._buf = self._buf, ""
-        fragment = ""
-        if self._state != TEXT and is_marker_fragment(cut, _ALL_MARKERS):
-            cut, fragment = "", cut
+        cut, fragment = self._cut_at_end(_ALL_MARKERS)
         self._take(cut, out)
         state = self._state
         if state == TEXT:
@@ -235,8 +204,7 @@ class DeepSeekLexer(Reporting):
         if not self._made_call:
             self._show(out, "")  # a section nothing came of: its markup, as written
         self._reset()
-        if not self.idle:
-            self._report(True)
+        self._report_idle()
         return out
 
     # -- scanning ------------------------------------------------------------------------------
@@ -246,44 +214,13 @@ class DeepSeekLexer(Reporting):
             return _TEXT_MARKERS_REASONING if self._reasoning and self._seen_section else _TEXT_MARKERS
         return _MARKERS[self._state]
 
-    def _run(self, final: bool) -> list[Segment]:
-        out: list[Segment] = []
-        buf, pos = self._buf, 0
-        while True:
-            state = self._state
-            match = find_marker(buf, pos, self._markers(), final)
-            end = len(buf) if match is None else match.pos
-            if end > pos:
-                self._take(buf[pos:end], out)
-                pos = end
-                if self._state != state:
-                    continue  # a cap released the call: what follows is read with the new state's markers
-            if match is None or match.marker is None:
-                break
-            pos += len(match.marker.text)
-            self._on_marker(match.marker, out)
-        self._buf = buf[pos:]
-        return out
-
     def _take(self, text: str, out: list[Segment]) -> None:
         """Text between markers, in whatever pieces it comes."""
         state = self._state
         if state == TEXT:
-            if self._lead == KEEP:
-                if text:
-                    out.append(Text(text))
-                return
-            start = _NOT_SPACE.search(text)
-            if start is None:  # whitespace only, so far
-                if self._lead == HOLD and self._hold(text):
-                    self._lead = KEEP  # a flood of whitespace is not padding
-                    out.append(Text(self._take_ws()))
-                return
             # HOLD: the held whitespace separates this prose from what came before the calls.
             # DROP: the content after `</think>` starts at its first word.
-            text = self._take_ws() + text if self._lead == HOLD else text[start.start() :]
-            self._lead = KEEP
-            out.append(Text(text))
+            self._lead_text(text, out)
         elif state in (SECTION, BLOCK):
             if not self._run_text:
                 if _NOT_SPACE.search(text) is None:
@@ -295,14 +232,7 @@ class DeepSeekLexer(Reporting):
                 text = self._take_ws() + text
             self._show(out, text)  # not markup: shown, with the whitespace around it
         elif state == ARGS:
-            if not self._args_sent:
-                text = text.lstrip()
-            body = text.rstrip()
-            if body:
-                out.append(CallArgs(self._take_ws() + body))
-                self._args_sent = True
-            if len(body) < len(text) and self._hold(text[len(body) :]):
-                out.append(CallArgs(self._take_ws()))  # a flood of whitespace inside the arguments
+            self._args_text(text, out)
         elif state == HEADER:
             self._raw_add(text)
             self._header += text
@@ -314,18 +244,6 @@ class DeepSeekLexer(Reporting):
                 self._release(out, INVOKE_VISIBLE if state == INVOKE else VISIBLE)
         else:  # VISIBLE, INVOKE_VISIBLE
             self._show(out, text)
-
-    def _hold(self, ws: str) -> bool:
-        """Hold whitespace; True when more than max_held is held (the caller releases it)."""
-        self._ws.append(ws)
-        self._ws_len += len(ws)
-        return self._ws_len > self._max_held
-
-    def _take_ws(self) -> str:
-        ws = "".join(self._ws)
-        self._ws = []
-        self._ws_len = 0
-        return ws
 
     def _end_run(self) -> str:
         """A marker (or the end) ends the run: the whitespace it held, if it was nothing else."""
@@ -454,9 +372,7 @@ class DeepSeekLexer(Reporting):
         """The current call ends (by `closing`, or by what follows it)."""
         state = self._state
         if state == ARGS:
-            if not self._args_sent:
-                out.append(CallArgs("{}"))
-            out.append(CallEnd())
+            self._close_args(out)
         elif state in (HELD, FENCED):
             body = "".join(self._raw[self._body_start :])
             found = (self._name, body.strip()) if state == HELD else _fenced_call(body, self._scope.tools)
@@ -471,15 +387,9 @@ class DeepSeekLexer(Reporting):
             self._show(out, "".join(self._raw))
 
     def _emit_verdict(self, out: list[Segment], name: str, arguments: str) -> bool:
-        """Ask the judge about a held call; emit it if it is one."""
-        calls = self.judge.verdict(compact_json({"name": name, "arguments": arguments}))
-        if not calls:
+        if not self._judged(out, name, arguments):
             return False
         self._made()
-        for call in calls:
-            out.append(CallBegin(self._scope.mint_call_id(), call.name))
-            out.append(CallArgs(call.arguments))
-            out.append(CallEnd())
         return True
 
     def _made(self) -> None:
@@ -496,10 +406,6 @@ class DeepSeekLexer(Reporting):
         self._state = state
 
     # -- output --------------------------------------------------------------------------------
-
-    def _raw_add(self, text: str) -> None:
-        self._raw.append(text)
-        self._raw_len += len(text)
 
     def _pad_add(self, text: str, out: list[Segment]) -> None:
         if not text or self._made_call:
