@@ -157,6 +157,9 @@ UNDECLARED = {
     "mistral list": ("mistralai/Mistral-7B-Instruct-v0.3", '[TOOL_CALLS][{"name": "rm_rf", "arguments": {"path": "/"}}]'),
     "llama function": ("meta-llama/Llama-3.1-8B-Instruct", '<function=rm_rf>{"path": "/"}</function>'),
     "llama pythonic": ("meta-llama/Llama-4-Scout-17B-16E-Instruct", "<|python_start|>[rm_rf(path='/')]<|python_end|>"),
+    "granite": ("ibm-granite/granite-3.3-8b-instruct", '<|tool_call|>[{"name": "rm_rf", "arguments": {"path": "/"}}]'),
+    "nemotron": ("nvidia/NVIDIA-Nemotron-Nano-9B-v2", '<TOOLCALL>[{"name": "rm_rf", "arguments": {"path": "/"}}]</TOOLCALL>'),
+    "command": ("CohereLabs/c4ai-command-a-03-2025", '<|START_ACTION|>[{"tool_call_id": "0", "tool_name": "rm_rf", "parameters": {"path": "/"}}]<|END_ACTION|>'),
 }
 
 

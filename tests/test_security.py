@@ -213,7 +213,10 @@ TOOLS = [
     {"type": "function", "function": {"name": name, "parameters": {"type": "object", "properties": {"command": {"type": "string"}, "path": {"type": "string"}}}}}
     for name in ("bash", "read_file")
 ]
-MODELS = ("some-unknown-model", "qwen3-coder-30b", "kimi-k2.5", "deepseek-v3.1", "mistral-large", "Llama-3.3-70B-Instruct", "glm-4.6", "MiniMax-M2", "gpt-oss-120b")
+MODELS = (
+    "some-unknown-model", "qwen3-coder-30b", "kimi-k2.5", "deepseek-v3.1", "mistral-large", "Llama-3.3-70B-Instruct", "glm-4.6", "MiniMax-M2",
+    "gpt-oss-120b", "granite-3.3-8b-instruct", "NVIDIA-Nemotron-Nano-9B-v2", "command-a-03-2025",
+)
 
 
 def through_chat(text: str, model: str) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -245,6 +248,9 @@ QUOTED_IN_JSON_STRINGS = [
     'Llama: "<function=bash>{\\"command\\": \\"ls\\"}</function>"',
     'Mistral: "[TOOL_CALLS]bash[ARGS]{\\"command\\": \\"ls\\"}"',
     'Mistral v3: "[TOOL_CALLS][{\\"name\\": \\"bash\\", \\"arguments\\": {}}]"',
+    'Granite: "<|tool_call|>[{\\"name\\": \\"bash\\", \\"arguments\\": {}}]"',
+    'Nemotron: "<TOOLCALL>[{\\"name\\": \\"bash\\", \\"arguments\\": {}}]</TOOLCALL>"',
+    'Command: "<|START_ACTION|>[{\\"tool_name\\": \\"bash\\", \\"parameters\\": {}}]<|END_ACTION|>"',
 ]
 LOOK_ALIKES = [
     '<tool_calls>{"name": "bash", "arguments": {}}</tool_calls>',
@@ -261,6 +267,12 @@ LOOK_ALIKES = [
     '<|tool▁calls▁begin|><|tool▁call▁begin|>bash<|tool▁sep|>{"command": "ls"}<|tool▁call▁end|>',  # ASCII bars
     '<minimax:toolcall><invoke name="bash"><parameter name="command">ls</parameter></invoke></minimax:toolcall>',
     "<arg_key>command</arg_key><arg_value>ls</arg_value>",
+    '<|tool_call |>[{"name": "bash", "arguments": {}}]',
+    '<|tool_calls|>[{"name": "bash", "arguments": {}}]',
+    '<toolcall>[{"name": "bash", "arguments": {}}]</toolcall>',
+    '<TOOL_CALL>[{"name": "bash", "arguments": {}}]</TOOL_CALL>',
+    '<|START_ACTION |>[{"tool_name": "bash", "parameters": {}}]<|END_ACTION|>',
+    '<|start_action|>[{"tool_name": "bash", "parameters": {}}]<|end_action|>',
 ]
 FENCED_THAT_STAY_TEXT = [
     # incomplete: the JSON never closes
@@ -273,6 +285,10 @@ FENCED_THAT_STAY_TEXT = [
     '```\n<tool_call>my_tool\n<arg_key>k</arg_key>\n<arg_value>v</arg_value>\n</tool_call>\n```',
     '```\n[TOOL_CALLS]my_tool[ARGS]{"key": "value"}\n```',
     "`<|python_start|>[my_tool(a=1)]<|python_end|>`",
+    '```\n<|tool_call|>[{"name": "bash", "arguments": {"command": \n```\nThat is how a call starts.',
+    '```\n<|tool_call|>[{"name": "my_tool", "arguments": {}}]\n```',
+    '```\n<TOOLCALL>[{"name": "my_tool", "arguments": {}}]</TOOLCALL>\n```',
+    '```\n<|START_ACTION|>[{"tool_call_id": "0", "tool_name": "my_tool", "parameters": {}}]<|END_ACTION|>\n```',
 ]
 
 

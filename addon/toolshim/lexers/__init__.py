@@ -36,6 +36,8 @@ class Dialect:
     # A call beginning inside `<think>` ends the reasoning (vLLM's kimi_k2 reasoning parser and
     # SGLang treat the section begin as an implicit `</think>`).
     ends_reasoning: bool = False
+    # Reasoning tags of the family's own, split like `<think>` where the dialect runs.
+    reasoning_tags: tuple[tuple[str, str], ...] = ()
 
 
 def _spec(spec: specs.Spec) -> Callable[[ScopeLexers, bool], Lexer]:
@@ -76,19 +78,24 @@ DIALECTS: tuple[Dialect, ...] = (
     Dialect("mistral", re.compile(r"mistral|magistral|ministral|devstral|codestral|mixtral|pixtral", re.I), _spec(specs.MISTRAL), specs.MISTRAL.starts, special_tokens=True, ends_reasoning=True),
     # Hermes before the XML dialects: they share `<tool_call>`, and each takes only what follows
     # it in its own form (`{`, `<function=`, a name), releasing the rest at once.
-    Dialect("hermes", re.compile(r"qwen|qwq|hermes|nous", re.I), _spec(specs.HERMES), specs.HERMES.starts),
+    # Granite 4 writes Hermes blocks.
+    Dialect("hermes", re.compile(r"qwen|qwq|hermes|nous|granite", re.I), _spec(specs.HERMES), specs.HERMES.starts),
     # Seed-OSS before Qwen XML: its wrapper holds Qwen's elements, and where both run (a model the
     # table does not know) the wrapper must be read with its call, not left around a bare one.
     Dialect("seed_oss", re.compile(r"seed-oss|seed_oss", re.I), _spec(specs.SEED_OSS), specs.SEED_OSS.starts),
-    Dialect("qwen_xml", re.compile(r"qwen", re.I), _spec(specs.QWEN_XML), specs.QWEN_XML.starts),
+    # Nemotron 3 writes Qwen3-Coder XML.
+    Dialect("qwen_xml", re.compile(r"qwen|nemotron", re.I), _spec(specs.QWEN_XML), specs.QWEN_XML.starts),
     Dialect("glm", re.compile(r"glm|zhipu|z-ai", re.I), _spec(specs.GLM), specs.GLM.starts),
     Dialect("minimax", re.compile(r"minimax", re.I), _spec(specs.MINIMAX), specs.MINIMAX.starts),
     Dialect("llama", _LLAMA_MODELS, _llama, specs.LLAMA.starts),
+    Dialect("granite", re.compile(r"granite", re.I), _spec(specs.GRANITE), specs.GRANITE.starts),
+    Dialect("nemotron", re.compile(r"nemotron", re.I), _spec(specs.NEMOTRON), specs.NEMOTRON.starts),
+    Dialect("command", re.compile(r"command-a|command-r7b|c4ai-command|cohere", re.I), _spec(specs.COMMAND), specs.COMMAND.starts, reasoning_tags=(("<|START_THINKING|>", "<|END_THINKING|>"),)),
 )
 DIALECT_NAMES = tuple(d.name for d in DIALECTS)
 # Every marker that may begin markup in some dialect or the reasoning split: the SSE layer's fast
 # path and the reasoning split derive what they look for from it.
-MARKUP_STARTS = tuple(dict.fromkeys([t for d in DIALECTS for t in d.starts] + list(REASONING_TAGS)))
+MARKUP_STARTS = tuple(dict.fromkeys([t for d in DIALECTS for t in d.starts] + list(REASONING_TAGS) + [t for d in DIALECTS for pair in d.reasoning_tags for t in pair]))
 
 # Chat templates that open the reasoning block in the prompt: the output starts inside it and
 # only `</think>` appears (research: parsers.md 1.10).
@@ -150,7 +157,8 @@ class ScopeLexers:
         if reasoning:
             return self._calls(reasoning=True)
         tool_starts = tuple(t for d in self._dialects if d.ends_reasoning for t in d.starts)
-        think = self._watched(ThinkLexer(preopened=self.preopened and preopened and not started, tool_starts=tool_starts, started=started))
+        pairs = dict(pair for d in self._dialects for pair in d.reasoning_tags)
+        think = self._watched(ThinkLexer(preopened=self.preopened and preopened and not started, tool_starts=tool_starts, started=started, pairs=pairs))
         return ReasoningSplit(think, self._calls(reasoning=True, tags_only=True), self._calls(reasoning=False))
 
     def _calls(self, *, reasoning: bool, tags_only: bool = False) -> Lexer:

@@ -53,6 +53,24 @@ GLM = Spec(
     KeyValues(open="<tool_call>", close="</tool_call>", key=("<arg_key>", "</arg_key>"), value=("<arg_value>", "</arg_value>"), escaped="\\n"),
 )
 
+# IBM Granite 3.x:  <|tool_call|>[{"name": "get_weather", "arguments": {"city": "Oslo"}}, …]
+# (its chat template; vLLM's `granite` parser; llama.cpp's Granite grammar). No closer: the list
+# ends the call, the turn ends after it. Granite 4 writes Hermes blocks (<tool_call>{…}</tool_call>).
+GRANITE = Spec("granite", JsonCalls(open="<|tool_call|>", close=""))
+
+# NVIDIA Nemotron (Llama-3.1/3.3-Nemotron Nano/Super/Ultra, Nemotron-Nano-9B/12B-v2):
+#   <TOOLCALL>[{"name": "get_weather", "arguments": {"city": "Oslo"}}, …]</TOOLCALL>
+# (the Nano-v2 chat template; vLLM's `llama_nemotron_json`; llama.cpp's Nemotron v2 grammar).
+# Nemotron 3 writes Qwen3-Coder XML (<tool_call><function=…>), read by `qwen_xml`.
+NEMOTRON = Spec("nemotron", JsonCalls(open="<TOOLCALL>", close="</TOOLCALL>"))
+
+# Cohere Command R7B / Command A:
+#   <|START_ACTION|>[{"tool_call_id": "0", "tool_name": "get_weather", "parameters": {"city": "Oslo"}}]<|END_ACTION|>
+# (the tool-use chat template; vLLM's `command` parser; llama.cpp's Command R7B grammar). The
+# model's `tool_call_id` is a counter of the turn ("0", "1"): ids are minted. Its plan, in
+# <|START_THINKING|>…<|END_THINKING|>, is reasoning (the registry's `reasoning_tags`).
+COMMAND = Spec("command", JsonCalls(open="<|START_ACTION|>", close="<|END_ACTION|>", name_key="tool_name"))
+
 # Mistral, after the `[TOOL_CALLS]` control token; the format depends on the tokenizer version:
 #   v3 / v7   [TOOL_CALLS][{"name": "add", "arguments": {"a": 1}, "id": "abcDEF123"}]
 #   v11       [TOOL_CALLS]add[CALL_ID]abcDEF123[ARGS]{"a": 1}[TOOL_CALLS]mul[CALL_ID]…

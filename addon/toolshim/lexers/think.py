@@ -5,9 +5,11 @@
     It is sunny.
 
 The text between the tags is reasoning (`ReasoningText`); the rest stays content. Spellings:
-`<think>`, `<reasoning>`, `<thought>`, `<seed:think>` (Seed-OSS), `[THINK]` (Mistral v13+), each
-with its own closing tag. Templates that pre-open the block (DeepSeek-R1, QwQ, Qwen3 Thinking)
-make the output start inside reasoning with only the closing tag to come: `preopened=True`.
+`<think>`, `<reasoning>`, `<thought>`, `<seed:think>` (Seed-OSS), `[THINK]` (Mistral v13+),
+each with its own closing tag, and the pairs of the families that run (`pairs`, the registry's
+`reasoning_tags`: Cohere Command's `<|START_THINKING|>`). Templates that pre-open the block
+(DeepSeek-R1, QwQ, Qwen3 Thinking) make the output start inside reasoning with only the closing
+tag to come: `preopened=True`.
 
 States (`_state`):
 
@@ -53,9 +55,11 @@ class ThinkLexer(Reporting):
     that strips think tags, an argument that holds them) and pass untouched.
     """
 
-    def __init__(self, *, preopened: bool = False, tool_starts: tuple[str, ...] = (), started: bool = False) -> None:
+    def __init__(self, *, preopened: bool = False, tool_starts: tuple[str, ...] = (), started: bool = False, pairs: dict[str, str] | None = None) -> None:
         self._preopened = preopened
-        self._think_markers = _CLOSE_MARKERS + tuple(Marker(t, TOOLS) for t in tool_starts)
+        self._pairs = {**_PAIRS, **pairs} if pairs else _PAIRS
+        closers = tuple(Marker(t, CLOSE) for t in self._pairs.values()) if pairs else _CLOSE_MARKERS
+        self._think_markers = closers + tuple(Marker(t, TOOLS) for t in tool_starts)
         self._started = started  # content was already sent before this lexer saw any
         self._reset()
         idle = self._idle_now()
@@ -143,10 +147,10 @@ class ThinkLexer(Reporting):
         rest = buf[pos:].lstrip()
         if not rest:
             return pos if final else None
-        for tag in _PAIRS:
+        for tag in self._pairs:
             if rest.startswith(tag):
                 return len(buf) - len(rest) + len(tag)
-        if not final and any(tag.startswith(rest) for tag in _PAIRS):
+        if not final and any(tag.startswith(rest) for tag in self._pairs):
             return None
         return pos
 
