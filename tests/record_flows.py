@@ -903,6 +903,9 @@ DEEPSEEK_V31 = "deepseek-ai/DeepSeek-V3.1"
 DEEPSEEK_R1 = "deepseek-ai/DeepSeek-R1-0528"
 GPT_OSS = "openai/gpt-oss-120b"
 GEMMA3 = "google/gemma-3-27b-it"  # in no dialect's model table: every dialect runs
+GRANITE33 = "ibm-granite/granite-3.3-8b-instruct"
+NEMOTRON_NANO_V2 = "nvidia/NVIDIA-Nemotron-Nano-9B-v2"
+COMMAND_A = "CohereLabs/c4ai-command-a-03-2025"
 
 
 def typed_tool(name: str, description: str, properties: dict[str, dict[str, Any]], required: list[str] | None = None) -> dict[str, Any]:
@@ -981,6 +984,9 @@ DS_CALL_END = "<｜tool▁call▁end｜>"
 DS_SEP = "<｜tool▁sep｜>"
 DEEPSEEK_SPECIALS = (DS_CALLS_BEGIN, DS_CALLS_END, DS_CALL_BEGIN, DS_CALL_END, DS_SEP, "</think>")
 HARMONY_SPECIALS = ("<|start|>", "<|channel|>", "<|message|>", "<|end|>", "<|constrain|>", "<|call|>", "<|return|>")
+GRANITE_SPECIALS = ("<|tool_call|>",)
+NEMOTRON_SPECIALS = ("<think>", "</think>", "<TOOLCALL>", "</TOOLCALL>")
+COMMAND_SPECIALS = ("<|START_THINKING|>", "<|END_THINKING|>", "<|START_ACTION|>", "<|END_ACTION|>")
 
 
 def dialect_situations() -> list[Situation]:
@@ -1134,6 +1140,55 @@ def dialect_situations() -> list[Situation]:
                 "The server turns such markup into tool calls only for tools the request declares.",
                 (),
                 usage=usage(96, 118),
+            ),
+        )
+    )
+
+    # IBM Granite 3.3: prose, then `<|tool_call|>` and a JSON list of two calls (no closer).
+    out.append(
+        stream(
+            "dialect_granite_tool_call",
+            chat_request(GRANITE33, "What's the weather in Oslo, and the forecast for Rome?", tools=[GET_WEATHER, GET_FORECAST]),
+            dialect_chunks(
+                GRANITE33,
+                "I'll check both cities."
+                '<|tool_call|>[{"name": "get_weather", "arguments": {"city": "Oslo"}}, '
+                '{"name": "get_forecast", "arguments": {"city": "Rome", "days": 2}}]',
+                GRANITE_SPECIALS,
+                usage=usage(298, 47),
+            ),
+        )
+    )
+
+    # NVIDIA Nemotron Nano 9B v2: its reasoning in `<think>`, prose, then `<TOOLCALL>[…]</TOOLCALL>`.
+    out.append(
+        stream(
+            "dialect_nemotron_toolcall",
+            chat_request(NEMOTRON_NANO_V2, "Show me the first lines of setup.py.", tools=[READ_FILE, READ_LINES]),
+            dialect_chunks(
+                NEMOTRON_NANO_V2,
+                "<think>The user wants the start of setup.py; read_lines takes the range.</think>\n"
+                "Reading the file.\n\n"
+                '<TOOLCALL>[{"name": "read_lines", "arguments": {"path": "setup.py", "lines": [1, 20]}}]</TOOLCALL>',
+                NEMOTRON_SPECIALS,
+                usage=usage(455, 58),
+            ),
+        )
+    )
+
+    # Cohere Command A: the plan in `<|START_THINKING|>`, then one action with a call.
+    out.append(
+        stream(
+            "dialect_command_action",
+            chat_request(COMMAND_A, "Find where the config is loaded.", tools=[GREP, READ_FILE]),
+            dialect_chunks(
+                COMMAND_A,
+                "<|START_THINKING|>I will search the source for the config loader.<|END_THINKING|>"
+                "<|START_ACTION|>[\n"
+                '    {"tool_call_id": "0", "tool_name": "grep", "parameters": {"pattern": "load_config", "path": "src/"}}\n'
+                "]<|END_ACTION|>",
+                COMMAND_SPECIALS,
+                usage=usage(612, 64),
             ),
         )
     )
