@@ -200,7 +200,10 @@ def qwen_with_bash() -> ChatStreamRewriter:
     return ChatStreamRewriter(RequestContext.from_request({"model": "qwen3", "tools": [BASH]}))
 
 
-def test_a_long_held_block_is_known_as_changed_without_keeping_its_events():
+def test_a_long_held_block_is_compared_by_its_text_not_its_events():
+    """Held events past `EchoCheck.MAX_UNSENT` bytes are read into what a client assembles:
+    their text is kept (a byte a character), not their events (~85 bytes a character); text
+    held past `MAX_HELD` decides it: changed, nothing kept. Released as it came, not changed."""
     from toolshim.stream import EchoCheck
 
     held_block = ["Hi ", "<tool_call>", "{"] + ["ab"] * 3_000
@@ -208,12 +211,20 @@ def test_a_long_held_block_is_known_as_changed_without_keeping_its_events():
     body = chat_events(held_block)
     sent = [piece for start in range(0, len(body), 200) for piece in rewriter.feed(body[start : start + 200])]
     assert b"".join(sent).count(b"\n\n") == 1 and len(body) > 4 * EchoCheck.MAX_UNSENT  # "Hi " only: the block is held
-    assert rewriter.changed  # decided once the held events passed the cap, not kept to compare
-    assert len(rewriter._echo._unsent) == 0
+    echo = rewriter._echo
+    assert not rewriter.changed and len(echo._unsent) < EchoCheck.MAX_UNSENT  # the held events went into the assembly
+    assert echo._assembly is not None and echo._assembly._held <= len("".join(held_block))
     rest = b"".join(rewriter.feed(chat_events([" and more"], done=True)) + rewriter.close())
     assert "<tool_call>{" + "ab" * 3_000 + " and more" in "".join(
         json.loads(line[6:])["choices"][0]["delta"]["content"] for line in rest.split(b"\n\n") if line.startswith(b"data: {")
     )  # released as text, nothing lost
+    assert not rewriter.changed  # the client assembles what upstream sent
+
+    rewriter = qwen_with_bash()
+    longer = chat_events(["Hi ", "<tool_call>", "{"] + ["ab"] * (EchoCheck.MAX_HELD // 2 + 500))
+    for start in range(0, len(longer), 200):
+        rewriter.feed(longer[start : start + 200])
+    assert rewriter.changed and rewriter._echo._assembly is None and not rewriter._echo._unsent  # decided: nothing kept
 
 
 def test_one_large_event_passing_as_it_came_is_not_changed():

@@ -616,7 +616,8 @@ class ToolShim:
             rewriter = self._stream_rewriter(state)
             new_body = b"".join([*rewriter.feed(body), *rewriter.close()])
             stats = rewriter.stats
-            changed = new_body != body
+            # A body only re-cut (a `<` held and sent with the next event) stays as it came.
+            changed = new_body != body and (rewriter.changed or rewriter.failure is not None)
         elif is_json(response.headers):
             try:
                 parsed = orjson.loads(body)

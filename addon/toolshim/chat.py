@@ -18,8 +18,8 @@ from .calls import INVALID_JSON, STRICT_FAILURE, CallScope, RewriteStats
 from .lexers import ScopeLexers, reads_the_start
 from .lexers.base import CallArgs, CallBegin, CallEnd, Lexer, ReasoningEnd, ReasoningText, Segment, Text
 from .native import NativeCalls
-from .sse import encode_event, parse_block
-from .stream import SseRewriter, markup_may_start
+from .sse import encode_event, is_one_data_line, parse_block
+from .stream import Contribution, Frame, SseRewriter, live_path, markup_may_start, plain_body, quiet_lane, string_spans, unwind
 from .tools import RequestContext
 
 CONTENT = "content"
@@ -33,6 +33,8 @@ _UPSTREAM_CALLS = re.compile(rb'"tool_calls"\s*:\s*\[\s*\{')
 # Content that starts the answer: whitespace alone does not (a `<think>` may still open after it,
 # as the lexers and the buffered rewrite have it; fuzzing found " " then "<think>…" read apart).
 _CONTENT_TEXT = re.compile(rb'"content"\s*:\s*"(?:[ \t\r\n]|\\[nrt])*(?:[^"\\ \t\r\n]|\\[^nrt])')
+# Once a call was made, a finish_reason must be read (`stop` becomes `tool_calls`).
+_FINISH = re.compile(rb'"finish_reason"\s*:\s*"')
 
 
 # A part of a choice's output, in order: ("text", keys, text) | ("call", index, id, name)
@@ -88,6 +90,13 @@ class ChoiceRewriter:
     def finish(self, parts: list[Part]) -> None:
         for channel, lexer in self._lexers.items():
             self._place(channel, lexer.finish(), parts)
+
+    def lexer(self, channel: tuple[str, ...]) -> Lexer | None:
+        return self._lexers.get(channel)
+
+    def place(self, channel: tuple[str, ...], segments: list[Segment], parts: list[Part]) -> None:
+        """What the channel's lexer made of a piece of its text (fed by a lane), as parts."""
+        self._place(channel, segments, parts)
 
     def _allocate_native(self) -> int:
         """Upstream's own tool calls keep their order but share our index space."""
@@ -181,6 +190,36 @@ def parts_to_deltas(parts: list[Part]) -> list[dict[str, Any]]:
     return deltas
 
 
+class ArgsLane:
+    """The steady state of markup being read: events that differ only in the text of one
+    channel whose lexer holds something (a call's header, its arguments streamed live as
+    Kimi, DeepSeek and Harmony do, a block held until it closes as the tag dialects do).
+
+    Learned after an event read in full (`ChatStreamRewriter._arm`): the input `frame` from that
+    event's own bytes, and the output frame (`head`, `tail`, and whole events `before` and
+    `after` it) rendered by the full path's rules around a probe argument, so byte for byte
+    what the full path sends. Per event: the frame is checked, its string decoded by orjson
+    (which also rejects what is not one valid string, and decodes `\\u003c`), and only the
+    innermost live lexer (`leaf`) is fed; the lexers around it (`path`) are transparent to its
+    text while it is in the call (see `live_path`). `[]` (whitespace held): the `held` events;
+    one `CallArgs`: the output frame around it; anything else goes back through `path` and
+    on through the full path (`_read_in_full` with those segments), which drops the lane.
+    """
+
+    __slots__ = ("frame", "start", "end", "leaf", "path", "head", "tail", "before", "after", "held", "finished")
+
+    def __init__(
+        self, frame: Frame, path: tuple[Lexer, list[Lexer]], head: bytes, tail: bytes, before: list[bytes], after: list[bytes],
+        held: list[bytes], finished: bool,
+    ) -> None:  # fmt: skip
+        self.frame = frame
+        self.start, self.end = len(frame.head), len(frame.tail)  # where the string's body begins; its tail's length
+        self.leaf, self.path = path
+        self.head, self.tail = head, tail
+        self.before, self.after, self.held = before, after, held
+        self.finished = finished
+
+
 class ChatStreamRewriter(SseRewriter):
     """A Chat Completions SSE body in (any byte pieces), the repaired SSE body out."""
 
@@ -195,8 +234,15 @@ class ChatStreamRewriter(SseRewriter):
         # Until upstream's reasoning field is seen, events naming one are read: reasoning moved
         # out of `content` must go to the field upstream uses.
         self._reasoning_field_known = False
-        # Nothing held, no call made: an event with nothing to read passes as it came.
+        # Nothing held: an event with nothing to read passes as it came.
         self._idle = not self._reads_start
+        # The lanes (stream.py): plain text while idle (`_quiet_frame`), a call's arguments
+        # while one is open (`_args`). Each is learned from an event the full path read, and
+        # dropped by the next event the full path reads.
+        self._quiet_frame: Frame | None = None
+        self._quiet_run = 0  # events passed quietly since the last one read in full
+        self._args: ArgsLane | None = None
+        self._lexed: tuple | None = None  # what `_rewrite_choice` read last (for `_arm`)
 
     # -- events ----------------------------------------------------------------------------------
 
@@ -206,29 +252,53 @@ class ChatStreamRewriter(SseRewriter):
         return all(choice.idle for choice in self._choices.values())
 
     def _nothing_to_read(self, raw: bytes) -> bool:
-        """No marker can start in these bytes, and neither an upstream call nor a first
-        reasoning field is in them."""
+        """No marker can start in these bytes, neither an upstream call nor a first reasoning
+        field is in them, nor (once a call was made) a finish_reason."""
         if markup_may_start(raw):
             return False
         if raw.find(b'"tool_calls"') >= 0 and _UPSTREAM_CALLS.search(raw):
             return False
+        if self.stats.calls and raw.find(b'"finish_reason"') >= 0 and _FINISH.search(raw):
+            return False
         return self._reasoning_field_known or raw.find(b'"reasoning') < 0
 
     def _on_block(self, raw: bytes) -> list[bytes]:
+        if self._args is not None:
+            out = self._args_read(raw)
+            if out is not None:
+                if self._direct is None and self._echo.changed and self._args is not None:
+                    self._direct = self._args_read  # nothing to compare: reads straight from `feed`
+                return out
+        elif self._quiet_frame is not None and self._quiet_read(raw) is not None:
+            return [raw]
         if self._idle and self._nothing_to_read(raw):
             if not self._content_started and _CONTENT_TEXT.search(raw):
                 self._content_started = True  # a reasoning block can no longer open
                 self._passes_whole_reads = True
                 for choice in self._choices.values():
                     choice.content_started = True
+            elif self.lanes:
+                self._passed_whole(raw)
             return [raw]  # fast path: no marker can start here and nothing is held
-        out = self._read_block(raw)
-        # State changes only here: whether the next events may take the fast path.
-        self._idle = not self.stats.calls and self._all_idle() and not (self._context.parse_error_chunk and self.stats.problems)
-        self._passes_whole_reads = self._idle and self._content_started
+        return self._read_in_full(raw)
+
+    def _read_in_full(self, raw: bytes, lexed: list[Segment] | None = None) -> list[bytes]:
+        self._args = self._quiet_frame = self._direct = None
+        self._quiet_run = 0
+        self._lexed = None
+        out = self._read_block(raw, lexed)
+        self._settle()
+        if self._lexed is not None and self.lanes:
+            self._arm(raw)
         return out
 
-    def _read_block(self, raw: bytes) -> list[bytes]:
+    def _settle(self) -> None:
+        """State changes only after an event read (in full or by a lane that fed a lexer): whether
+        the next events may take the fast path."""
+        self._idle = self._all_idle() and not (self._context.parse_error_chunk and self.stats.problems)
+        self._passes_whole_reads = self._idle and self._content_started
+
+    def _read_block(self, raw: bytes, lexed: list[Segment] | None = None) -> list[bytes]:
         event = parse_block(raw)
         if event.data is None or event.malformed:
             return [raw]
@@ -242,7 +312,7 @@ class ChatStreamRewriter(SseRewriter):
             return [raw]
         if not self._reasoning_field_known and b'"reasoning' in raw:
             self._reasoning_field_known = True
-        chunks = self._rewrite_chunk(chunk)
+        chunks = self._rewrite_chunk(chunk, lexed)
         if chunks is None:
             return [raw]
         return [encode_event(orjson.dumps(c), event.event) for c in chunks]
@@ -254,15 +324,16 @@ class ChatStreamRewriter(SseRewriter):
             choice.content_started = self._content_started
         return choice
 
-    def _rewrite_chunk(self, chunk: dict[str, Any]) -> list[dict[str, Any]] | None:
-        """The chunks replacing `chunk`, or None when it passes unchanged."""
+    def _rewrite_chunk(self, chunk: dict[str, Any], lexed: list[Segment] | None = None) -> list[dict[str, Any]] | None:
+        """The chunks replacing `chunk`, or None when it passes unchanged. `lexed`: what the
+        lexer of its one text channel made of its text already (the lane fed it)."""
         self._template = {k: v for k, v in chunk.items() if k not in ("choices", "usage")}
         out: list[dict[str, Any]] = []
         changed = False
         for choice in chunk["choices"]:
             if not isinstance(choice, dict) or not isinstance(choice.get("delta", {}), dict):
                 return None
-            rewritten = self._rewrite_choice(choice)
+            rewritten = self._rewrite_choice(choice, lexed)
             if rewritten is None:
                 out.append({**self._template, "choices": [choice]})
             else:
@@ -270,6 +341,9 @@ class ChatStreamRewriter(SseRewriter):
                 out += rewritten
         if not changed:
             return None
+        return self._with_usage(chunk, out)
+
+    def _with_usage(self, chunk: dict[str, Any], out: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if len(out) == 0:
             return [] if chunk.get("usage") is None else [{**self._template, "choices": [], "usage": chunk["usage"]}]
         if "usage" in chunk:
@@ -278,16 +352,20 @@ class ChatStreamRewriter(SseRewriter):
             out[-1]["usage"] = chunk["usage"]
         return out
 
-    def _rewrite_choice(self, choice: dict[str, Any]) -> list[dict[str, Any]] | None:
+    def _rewrite_choice(self, choice: dict[str, Any], lexed: list[Segment] | None = None) -> list[dict[str, Any]] | None:
         index = choice.get("index", 0)
         state = self._choice(index)
         delta = choice.get("delta") or {}
         finish = choice.get("finish_reason")
         parts: list[Part] = []
         unchanged = True
-        for channel, text in text_channels(delta):
+        channels = text_channels(delta)
+        for channel, text in channels:
             before = len(parts)
-            state.feed(channel, text, parts)
+            if lexed is None:
+                state.feed(channel, text, parts)
+            else:
+                state.place(channel, lexed, parts)
             produced = parts[before:]
             if not (len(produced) == 1 and produced[0] == ("text", channel, text)) and not (not produced and not text):
                 unchanged = False
@@ -298,6 +376,7 @@ class ChatStreamRewriter(SseRewriter):
             if state.native.changed:
                 unchanged = False  # renumbered past the calls we emitted, or repaired
         held: list[dict[str, Any]] = []
+        parse_error = None
         if finish is not None:
             before = len(parts)
             state.finish(parts)
@@ -312,9 +391,18 @@ class ChatStreamRewriter(SseRewriter):
             if parse_error is not None:
                 finish = "error"
                 unchanged = False
+        elif native is None and len(channels) == 1:
+            self._lexed = (state, choice, channels[0], parts)  # a lane may follow (`_arm`)
         if unchanged:
             return None
-        if finish is None and native is None and len(parts) == 1 and parts[0][0] == "args" and choice.get("logprobs") is None:
+        return self._render(index, choice, delta, parts, natives, held, finish, parse_error)
+
+    def _render(
+        self, index: Any, choice: dict[str, Any], delta: dict[str, Any], parts: list[Part], natives: list[dict[str, Any]],
+        held: list[dict[str, Any]], finish: Any, parse_error: dict[str, Any] | None,
+    ) -> list[dict[str, Any]]:  # fmt: skip
+        """The chunks a choice's parts go out in."""
+        if finish is None and not natives and len(parts) == 1 and parts[0][0] == "args" and choice.get("logprobs") is None:
             # The bulk of a tool-call stream: one piece of arguments in, one out. What the
             # general packing below makes of it, when the choice and its delta hold nothing else.
             if choice.keys() <= _PLAIN_CHOICE_KEYS and delta.keys() <= _TEXT_KEY_SET:
@@ -348,6 +436,170 @@ class ChatStreamRewriter(SseRewriter):
             out[-1]["choices"][0].update(extras)
         return out
 
+    _telltales = {"call": b'"tool_calls"'}
+
+    @staticmethod
+    def _assembled(raw: bytes) -> list[Contribution]:
+        """What a client (the OpenAI SDK's accumulator) assembles from one event: per choice,
+        its text fields, each tool call's arguments and fields, the rest of the delta and the
+        choice; the chunk's other fields (see `EchoCheck`)."""
+        event = parse_block(raw)
+        if event.data is None:
+            return []  # a comment, a lone `id:`: nothing a client assembles
+        if event.malformed:
+            return [(("raw",), raw.decode("latin-1"), True)]
+        try:
+            chunk = orjson.loads(event.data)
+        except orjson.JSONDecodeError:
+            return [(("data",), event.data, True)]
+        if not isinstance(chunk, dict) or not isinstance(chunk.get("choices"), list):
+            return [(("data",), event.data, True)]
+        out: list[Contribution] = [(("chunk", key), value, False) for key, value in chunk.items() if key != "choices"]
+        for choice in chunk["choices"]:
+            if not isinstance(choice, dict):
+                out.append((("data",), orjson.dumps(choice).decode(), True))
+                continue
+            index = choice.get("index")
+            for key, value in choice.items():
+                if key == "delta" and isinstance(value, dict):
+                    for name, part in value.items():
+                        if name in _TEXT_KEY_SET and isinstance(part, str):
+                            out.append((("text", index, name), part, True))
+                        elif name == "tool_calls" and isinstance(part, list):
+                            out += _assembled_calls(index, part)
+                        else:
+                            out.append((("delta", index, name), part, False))
+                elif key == "logprobs" and isinstance(value, dict) and isinstance(value.get("content"), list):
+                    out.append((("logprobs", index), "".join(orjson.dumps(item).decode() + "\x1e" for item in value["content"]), True))
+                elif key != "index":
+                    out.append((("choice", index, key), value, False))
+        return out
+
+    # -- lanes -----------------------------------------------------------------------------------
+
+    def _passed_whole(self, raw: bytes) -> None:
+        self._quiet_run += 1
+        if self._quiet_run in (2, 16):  # a run of quiet events: worth a frame
+            self._learn_quiet(raw)
+
+    def _learn_quiet(self, raw: bytes) -> None:
+        """A plain text event passed as it came: its frame lets the next ones pass from their
+        bytes (`_quiet_read`), in `feed` as well when nothing is held for the echo check."""
+        if not is_one_data_line(raw):
+            return
+        for keys in (("content",), ("reasoning", "reasoning_content"), ("reasoning_content",), ("reasoning",)):
+            spans = string_spans(raw, keys)
+            if spans is not None:
+                break
+        else:
+            return
+        if keys[0] == CONTENT and not self._content_started:
+            return  # whether the content started is decided by the event's text
+        frame = Frame.around(raw, spans)
+        if frame is None or _CONTENT_TEXT.search(frame.head) or _CONTENT_TEXT.search(frame.tail):
+            return
+        self._quiet_frame = frame
+        self._direct = quiet_lane(frame, self._echo, None if self._reasoning_field_known else b"reasoning")
+
+    def _quiet_read(self, raw: bytes) -> bytes | None:
+        """`raw` when it is an event of the quiet frame whose text may pass unread (what
+        `_nothing_to_read` says of it: the frame passed it, and the text holds nothing it looks
+        for), else None."""
+        body = self._quiet_frame.split(raw)
+        if body is None or not plain_body(body):
+            return None
+        if not self._reasoning_field_known and body.startswith(b"reasoning"):
+            return None  # `"reasoning` in the bytes: the full path takes it for the field's name
+        return raw
+
+    def _arm(self, raw: bytes) -> None:
+        """After an event read in full that left its one channel's lexer holding something (a
+        call's header or arguments, a block): the lane of the next events of that channel,
+        when this event's shape allows one (see `ArgsLane`)."""
+        state, choice, (channel, text), parts = self._lexed
+        self._lexed = None
+        if len(self._choices) != 1 or not text or not is_one_data_line(raw):
+            return
+        lexer = state.lexer(channel)
+        if lexer is None or lexer.idle:
+            return
+        spans = string_spans(raw, channel)
+        frame = Frame.around(raw, spans) if spans is not None else None
+        if frame is None:
+            return
+        # The frame holds exactly this choice's delta text: checked on a probe.
+        json_at = 6 if raw.startswith(b"data: ") else 5
+        try:
+            probe = orjson.loads(frame.probe(b"\\u0001")[json_at:-2])
+        except orjson.JSONDecodeError:
+            return
+        chunk = orjson.loads(raw[json_at:-2])
+        choices = chunk.get("choices")
+        if not isinstance(choices, list) or len(choices) != 1 or choices[0] != choice:
+            return
+        if probe != {**chunk, "choices": [{**choice, "delta": {**choice["delta"], **{key: "\x01" for key in channel}}}]}:
+            return
+        # The output, rendered by the full path's own rules: of no parts (the text held), and
+        # around a probe argument (a piece of the open call's arguments).
+        index, delta = choice.get("index", 0), choice["delta"]
+        held = self._with_usage(chunk, self._render(index, choice, delta, [], [], [], None, None))
+        rendered = self._with_usage(chunk, self._render(index, choice, delta, [("args", state._open_index, "\x00")], [], [], None, None))
+        encoded = [encode_event(orjson.dumps(c)) for c in rendered]
+        hits = [i for i, piece in enumerate(encoded) if b"\\u0000" in piece]
+        if len(hits) != 1 or encoded[hits[0]].count(b"\\u0000") != 1:
+            return
+        at = hits[0]
+        head, _, tail = encoded[at].partition(b"\\u0000")
+        # A chain's second stage gets `second.finish()` before each piece of arguments: a no-op
+        # only when it was finished last and fed nothing since, as when this event's last part
+        # was the call or its arguments. Else such a piece takes the full path once.
+        finished = bool(parts) and parts[-1][0] in ("args", "call")
+        lane = ArgsLane(frame, live_path(lexer), head, tail, encoded[:at], encoded[at + 1 :], [encode_event(orjson.dumps(c)) for c in held], finished)
+        self._args = lane
+        if self._echo.changed:  # nothing to compare: the lane may take reads straight from `feed`
+            self._direct = self._args_read
+
+    def _args_read(self, raw: bytes) -> list[bytes] | None:
+        """An event through the lane, or None (before anything was fed: the full path reads
+        it). See `ArgsLane`."""
+        lane = self._args
+        frame = lane.frame
+        if frame.mid is None:
+            if len(raw) < frame.fixed or not raw.startswith(frame.head) or not raw.endswith(frame.tail):
+                return None
+            start, end = lane.start, len(raw) - lane.end
+        else:
+            body = frame.split(raw)
+            if body is None:
+                return None
+            start = lane.start
+            end = start + len(body)
+        try:
+            text = orjson.loads(raw[start - 1 : end + 1])  # the string with its quotes: one JSON string or an error
+        except orjson.JSONDecodeError:
+            return None  # not one string (a quote, bytes that are no UTF-8): the full path
+        if not text:
+            return None
+        if not self._reasoning_field_known and b'"reasoning' in raw:
+            self._reasoning_field_known = True
+        segments = lane.leaf.feed(text)
+        if not segments:
+            if lane.leaf.idle:  # what the full path's end of event works out again: the lanes, the quiet path
+                self._args = self._direct = None
+                self._settle()
+            return [*lane.held]
+        if len(segments) == 1 and type(segments[0]) is CallArgs and lane.finished and not lane.leaf.idle:
+            piece = segments[0].text
+            if piece == text and raw.find(b"\\", start, end) < 0:
+                body = raw[start:end]
+            else:  # orjson's escapes may differ from upstream's
+                body = orjson.dumps(piece)[1:-1]
+            if lane.before or lane.after:
+                return [*lane.before, lane.head + body + lane.tail, *lane.after]
+            return [lane.head + body + lane.tail]
+        # Anything else: what the lexers around the leaf make of it, then the full path.
+        return self._read_in_full(raw, unwind(lane.path, segments))
+
     def _parse_error(self) -> dict[str, Any] | None:
         """Seed 002's error chunk: the first note of markup that did not parse as a call."""
         for note in self.stats.notes:
@@ -371,6 +623,23 @@ class ChatStreamRewriter(SseRewriter):
                 chunk = {**self._template, "choices": [{"index": index, "delta": delta, "logprobs": None, "finish_reason": None}]}
                 out.append(encode_event(orjson.dumps(chunk)))
         return out
+
+
+def _assembled_calls(index: Any, entries: list[Any]) -> list[Contribution]:
+    out: list[Contribution] = []
+    for entry in entries:
+        if not isinstance(entry, dict):
+            out.append((("data",), orjson.dumps(entry).decode(), True))
+            continue
+        call = entry.get("index")
+        for key, value in entry.items():
+            if key == "function" and isinstance(value, dict):
+                for name, part in value.items():
+                    grows = name == "arguments" and isinstance(part, str)
+                    out.append((("call", index, call, "function", name), part, grows))
+            elif key != "index":
+                out.append((("call", index, call, key), value, False))
+    return out
 
 
 def rewrite_chat_completion(

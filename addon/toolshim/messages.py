@@ -40,9 +40,9 @@ from json_repair import repair_json
 from .calls import CallScope, RewriteStats, random_id
 from .lexers import ScopeLexers
 from .native import EMPTY_ARGUMENTS, ArgumentTyping
-from .lexers.base import CallArgs, CallBegin, CallEnd, Lexer, ReasoningEnd, ReasoningText, Segment, Text, TextPieces
-from .sse import encode_event, read_event
-from .stream import SseRewriter, markup_may_start
+from .lexers.base import CallArgs, CallBegin, CallEnd, ChainLexer, Lexer, ReasoningEnd, ReasoningText, Segment, Text, TextPieces
+from .sse import encode_event, parse_block, read_event
+from .stream import _CARRIED_FIELD, Contribution, Frame, SseRewriter, live_path, markup_may_start, plain_body, quiet_lane, string_spans, unwind
 from .tools import RequestContext
 
 TEXT, THINKING, TOOL_USE = "text", "thinking", "tool_use"
@@ -129,6 +129,10 @@ class MessagesRewriter:
         # The text, thinking or arguments of each block we send, by index (a dict's string grown
         # with += is copied whole on every delta: quadratic over a long block).
         self._grown: dict[int, TextPieces] = {}
+        # What the lexer of the next text delta made of its text already (a lane fed it), and
+        # what the last text delta's lexer gave (a lane may follow it).
+        self.lexed: list[Segment] | None = None
+        self.last_segments: list[Segment] | None = None
 
     # -- events ----------------------------------------------------------------------------------
 
@@ -210,7 +214,11 @@ class MessagesRewriter:
             target = source.current or self._open(source, source.kind, out)
             out.append(self._renumbered(incoming, target.index))
             return
-        self._place(source, source.lexer.feed(text), out, incoming)
+        segments, self.lexed = self.lexed, None
+        if segments is None:
+            segments = source.lexer.feed(text)
+        self.last_segments = segments
+        self._place(source, segments, out, incoming)
 
     def _on_signature(self, source: SourceBlock, incoming: Outgoing, out: list[Outgoing]) -> None:
         """A signature signs the thinking as upstream wrote it: it goes to the thinking block
@@ -267,11 +275,7 @@ class MessagesRewriter:
                 if seg.text and source.open_call is not None:
                     if self._keep_text:
                         self.grow(source.open_call.index, seg.text)
-                    out.append(Outgoing({
-                        "type": "content_block_delta",
-                        "index": source.open_call.index,
-                        "delta": {"type": "input_json_delta", "partial_json": seg.text},
-                    }))
+                    out.append(Outgoing(self.args_event(source.open_call.index, seg.text)))
             elif kind is CallEnd:
                 if source.open_call is not None:
                     out.append(Outgoing({"type": "content_block_stop", "index": source.open_call.index}))
@@ -291,8 +295,16 @@ class MessagesRewriter:
             if incoming.event["delta"].get(DELTA_OF[kind][1]) == text:
                 out.append(incoming)  # as it came
                 return
+        out.append(Outgoing(self.text_event(current.index, kind, text)))
+
+    @staticmethod
+    def text_event(index: int, kind: str, text: str) -> dict[str, Any]:
         delta_type, name = DELTA_OF[kind]
-        out.append(Outgoing({"type": "content_block_delta", "index": current.index, "delta": {"type": delta_type, name: text}}))
+        return {"type": "content_block_delta", "index": index, "delta": {"type": delta_type, name: text}}
+
+    @staticmethod
+    def args_event(index: int, text: str) -> dict[str, Any]:
+        return {"type": "content_block_delta", "index": index, "delta": {"type": "input_json_delta", "partial_json": text}}
 
     def _open(self, source: SourceBlock, kind: str, out: list[Outgoing]) -> OutBlock:
         block = self._new_block(kind)
@@ -657,6 +669,29 @@ class JsonPrefix:
 # -- SSE and whole bodies ------------------------------------------------------------------------
 
 
+@dataclass(slots=True)
+class BlockLane:
+    """Text or thinking deltas of one upstream block whose lexer is read (`ArgsLane` in
+    chat.py, for Messages): held text sends nothing; a piece of a live call's arguments one
+    `input_json_delta` (`args`: the event around its JSON string's body); text of the block's
+    kind the same delta (as it came when its number is upstream's, else `text`)."""
+
+    frame: Frame
+    source: SourceBlock
+    leaf: Lexer
+    path: list[Lexer]
+    finished: bool  # the lexers around the leaf were finished last (see chat.ArgsLane)
+    call_open: bool = False
+    args: tuple[bytes, bytes] | None = None
+    text: tuple[bytes, bytes] | None = None
+    as_came: bool = False  # text as it came goes as it came (its block under upstream's number)
+    quiet_if_idle: bool = False  # the block is quiet once its lexer is idle (`_find_quiet_blocks`)
+
+    @property
+    def start(self) -> int:
+        return len(self.frame.head)
+
+
 class MessagesStreamRewriter(SseRewriter):
     """A Messages API SSE body in (any byte pieces), the repaired SSE body out."""
 
@@ -667,6 +702,10 @@ class MessagesStreamRewriter(SseRewriter):
         # Upstream blocks whose plain deltas pass unread: index -> kind (b"text" / b"thinking").
         # Only a parsed event changes the rewriter's state, so it is worked out after each.
         self._quiet_blocks: dict[int, bytes] = {}
+        # The lanes (stream.py): a quiet block's plain deltas by their frame; the deltas of a
+        # block whose lexer is read. Learned from an event read, dropped by the next parsed.
+        self._quiet_frame: Frame | None = None
+        self._block: BlockLane | None = None
 
     def _nothing_to_read(self, data: bytes) -> bool:
         """Whole events of one read, all text or thinking deltas of quiet blocks and no byte that
@@ -681,18 +720,43 @@ class MessagesStreamRewriter(SseRewriter):
             at = quiet.end()
         return True
 
+    def _passed_whole(self, data: bytes) -> None:
+        if self._quiet_frame is None and data.find(b"\n\n") == len(data) - 2:
+            self._learn_quiet(data)
+
     def _on_block(self, raw: bytes) -> list[bytes]:
+        if self._block is not None:
+            out = self._block_read(raw)
+            if out is not None:
+                if self._direct is None and self._echo.changed and self._block is not None:
+                    self._direct = self._block_read
+                return out
+        elif self._quiet_frame is not None and self._quiet_read(raw):
+            return [raw]
         quiet = _QUIET_DELTA.fullmatch(raw)
         if quiet is not None and not markup_may_start(raw) and self._quiet(int(quiet[1]), quiet[2]):
+            if self._quiet_frame is None and self.lanes:
+                self._learn_quiet(raw)
             return [raw]  # the common case, read from the bytes alone: plain text, as it came
         read = read_event(raw)
         if read is None:
             return [raw]
         event = read[0]
         if not markup_may_start(raw) and self._passes(event):
+            if self._quiet_frame is None and self.lanes:
+                self._learn_quiet(raw)
             return [raw]
-        out = [_encode(o) for o in self.core.on_event(event, raw)]
+        return self._read_in_full(raw, event)
+
+    def _read_in_full(self, raw: bytes, event: dict[str, Any], lexed: list[Segment] | None = None) -> list[bytes]:
+        self._quiet_frame = self._block = self._direct = None
+        core = self.core
+        core.lexed, core.last_segments = lexed, None
+        out = [_encode(o) for o in core.on_event(event, raw)]
+        core.lexed = None
         self._find_quiet_blocks()
+        if core.last_segments is not None and self.lanes:
+            self._arm(raw, event)
         return out
 
     def _quiet(self, index: int, kind: bytes) -> bool:
@@ -729,12 +793,145 @@ class MessagesStreamRewriter(SseRewriter):
 
     def _at_end(self) -> list[bytes]:
         self._quiet_blocks = {}
+        self._quiet_frame = self._block = self._direct = None
         return [_encode(o) for o in self.core.finish()]
+
+    _telltales = {"call": b'"tool_use"', "args": b'"input_json_delta"'}
+
+    @staticmethod
+    def _assembled(raw: bytes) -> list[Contribution]:
+        """What a client (the SDK's accumulator) assembles from one event: each block's text,
+        thinking and input JSON grow; every other event counts by its type and block, its last
+        version. See `EchoCheck`."""
+        block = parse_block(raw)
+        if block.data is None:
+            return []
+        if block.malformed:
+            return [(("raw",), raw.decode("latin-1"), True)]
+        try:
+            data = orjson.loads(block.data)
+        except orjson.JSONDecodeError:
+            return [(("data",), block.data, True)]
+        if not isinstance(data, dict):
+            return [(("data",), block.data, True)]
+        kind, index, delta = data.get("type"), data.get("index"), data.get("delta")
+        if kind == "content_block_delta" and isinstance(delta, dict):
+            name = _GROWING.get(delta.get("type"))
+            # (a call's arguments: upstream's are `input_json_delta`s, see `_telltales`)
+            grows = "args" if name == "partial_json" else "grows"
+            if name is not None and isinstance(delta.get(name), str) and len(delta) == 2 and len(data) == 3:
+                return [((grows, index, delta["type"]), delta[name], True)]
+            return [(("delta", index, delta.get("type")), data, False)]
+        block = data.get("content_block")
+        if isinstance(block, dict) and block.get("type") == TOOL_USE:
+            return [(("call", kind, index), data, False)]
+        return [(("event", kind, index), data, False)]
+
+    # -- lanes -----------------------------------------------------------------------------------
+
+    def _learn_quiet(self, raw: bytes) -> None:
+        """A quiet delta passed as it came: the next ones of its frame pass from their bytes."""
+        spans = string_spans(raw, ("text",)) or string_spans(raw, ("thinking",))
+        frame = Frame.around(raw, spans) if spans is not None else None
+        if frame is not None:
+            self._quiet_frame = frame
+            self._direct = quiet_lane(frame, self._echo)
+
+    def _quiet_read(self, raw: bytes) -> bool:
+        body = self._quiet_frame.split(raw)
+        return body is not None and plain_body(body)
+
+    def _arm(self, raw: bytes, event: dict[str, Any]) -> None:
+        """After a text or thinking delta read in full whose block's lexer holds markup, or whose
+        text goes to a block of ours: the lane of the next deltas of that block (`BlockLane`)."""
+        core = self.core
+        source = core._sources.get(event.get("index"))
+        delta = event.get("delta")
+        if source is None or core._keep_text or not isinstance(delta, dict) or delta.get("type") != DELTA_OF[source.kind][0]:
+            return
+        name = DELTA_OF[source.kind][1]
+        text = delta.get(name)
+        if not isinstance(text, str) or not text or self._quiet(source.index, source.kind.encode()):
+            return
+        spans = string_spans(raw, (name,))
+        frame = Frame.around(raw, spans) if spans is not None else None
+        if frame is None or _CARRIED_FIELD.search(frame.head):
+            return
+        read = read_event(frame.probe(b"\\u0001"))
+        if read is None or read[0] != {**event, "delta": {**delta, name: "\x01"}}:
+            return
+        segments = core.last_segments
+        leaf, path = live_path(source.lexer)
+        lane = BlockLane(frame, source, leaf, path, bool(segments) and type(segments[-1]) in (CallArgs, CallBegin))
+        if source.open_call is not None:
+            lane.call_open = True
+            lane.args = _around(_encode(Outgoing(core.args_event(source.open_call.index, "\x00"))))
+        current = source.current
+        kind = THINKING if source.kind == THINKING and not source.as_content else TEXT
+        if current is not None and current.kind == kind and not any(type(node) is ChainLexer for node in path):
+            lane.as_came = event.get("index") == current.index and kind == source.kind
+            lane.text = _around(_encode(Outgoing(core.text_event(current.index, kind, "\x00"))))
+        lane.quiet_if_idle = (
+            current is not None and source.open_call is None and not source.as_content and current.index == source.index and current.kind == source.kind
+        )
+        self._block = lane
+        if self._echo.changed:
+            self._direct = self._block_read
+
+    def _block_read(self, raw: bytes) -> list[bytes] | None:
+        lane = self._block
+        body = lane.frame.split(raw)
+        if body is None:
+            return None
+        start = lane.start
+        end = start + len(body)
+        try:
+            text = orjson.loads(raw[start - 1 : end + 1])
+        except orjson.JSONDecodeError:
+            return None
+        if not text:
+            return None
+        segments = lane.leaf.feed(text)
+        if lane.quiet_if_idle and lane.leaf.idle:  # the block is quiet again (the full path works it out after each event)
+            self._block = self._direct = None
+            self._find_quiet_blocks()
+        if not segments:
+            return []
+        if len(segments) == 1 and self._block is lane:
+            kind = type(segments[0])
+            piece = segments[0].text if kind is CallArgs or kind is Text else ""
+            escaped = raw[start:end] if piece == text and 92 not in body else None
+            if kind is CallArgs and piece and lane.finished:
+                if not lane.call_open:
+                    return []  # no call open: the arguments go nowhere (as `_place` has it)
+                if lane.args is not None:
+                    head, tail = lane.args
+                    return [head + (escaped if escaped is not None else orjson.dumps(piece)[1:-1]) + tail]
+            elif kind is Text and piece and lane.text is not None:
+                lane.source.produced = True
+                if lane.as_came and piece == text:
+                    return [raw]
+                head, tail = lane.text
+                return [head + (escaped if escaped is not None else orjson.dumps(piece)[1:-1]) + tail]
+        # Anything else: what the lexers around the leaf make of it, then the full path.
+        return self._read_in_full(raw, read_event(raw)[0], unwind(lane.path, segments))
+
+
+# Deltas whose field a client appends to what came before: delta type -> field.
+_GROWING = {"text_delta": "text", "thinking_delta": "thinking", "input_json_delta": "partial_json"}
+
+
+def _around(encoded: bytes) -> tuple[bytes, bytes] | None:
+    """An event rendered around the probe text `\\x00`: the bytes before and after its body."""
+    if encoded.count(b"\\u0000") != 1:
+        return None
+    head, _, tail = encoded.partition(b"\\u0000")
+    return head, tail
 
 
 # A text or thinking delta as Anthropic and the servers that copy it write one: the event line,
 # then the data's first keys in this order. Anything else takes the parsed path.
-_QUIET_DELTA = re.compile(rb'event: content_block_delta\ndata: \{"type":\s?"content_block_delta",\s?"index":\s?(\d+),\s?"delta":\s?\{"type":\s?"(text|thinking)_delta",\s?"(?:text|thinking)":\s?"(?:[^"\\]|\\.)*"\}\}\n\n')
+_QUIET_DELTA = re.compile(rb'event: content_block_delta\ndata: \{"type":\s?"content_block_delta",\s?"index":\s?(\d+),\s?"delta":\s?\{"type":\s?"(text|thinking)_delta",\s?"(?:text|thinking)":\s?"(?:[^"\\]++|\\.)*+"\}\}\n\n')
 
 
 def _encode(outgoing: Outgoing) -> bytes:

@@ -26,6 +26,8 @@ items. Summaries, refusals and every other event pass through, renumbered.
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,9 +35,9 @@ import orjson
 
 from .calls import CallScope, RewriteStats, random_id
 from .lexers import ScopeLexers
-from .lexers.base import CallArgs, CallBegin, CallEnd, Lexer, ReasoningEnd, ReasoningText, Segment, Text, TextPieces
-from .sse import encode_event, read_event
-from .stream import SseRewriter, markup_may_start
+from .lexers.base import CallArgs, CallBegin, CallEnd, ChainLexer, Lexer, ReasoningEnd, ReasoningText, Segment, Text, TextPieces
+from .sse import encode_event, parse_block, read_event
+from .stream import _CARRIED_FIELD, Contribution, SseRewriter, live_path, markup_may_start, string_spans, unwind
 from .tools import RequestContext
 
 MESSAGE, REASONING, FUNCTION_CALL = "message", "reasoning", "function_call"
@@ -136,9 +138,12 @@ class SourceItem:
 class OpenCall:
     """A function_call item announced and not yet done."""
 
-    item: dict[str, Any]
+    item: dict[str, Any]  # as announced (its `arguments` empty)
     index: int  # our output_index
     source: SourceItem  # the text item it was found in: it takes the call's place in the output
+    # The arguments streamed so far (`+=` on the item's string copied it whole on every delta:
+    # quadratic over long arguments); joined for the `.done` events.
+    arguments: TextPieces = field(default_factory=TextPieces)
 
 
 class ResponsesRewriter:
@@ -169,6 +174,10 @@ class ResponsesRewriter:
         # The status a call gets when its end is its text's end; None: its item's, once known.
         self._closing_status: str | None = "completed"
         self._terminal_seen = False
+        # What the lexer of the next text delta made of its text already (a lane fed it), and
+        # what the last text delta's lexer gave (a lane may follow it).
+        self.lexed: list[Segment] | None = None
+        self.last_segments: list[Segment] | None = None
 
     # -- events ----------------------------------------------------------------------------------
 
@@ -357,7 +366,10 @@ class ResponsesRewriter:
         if type(content_index) is not int:
             out.append(self._retarget(incoming))
             return
-        segments = self._lexer(source, content_index).feed(delta)
+        segments, self.lexed = self.lexed, None
+        if segments is None:
+            segments = self._lexer(source, content_index).feed(delta)
+        self.last_segments = segments
         piece = source.piece
         if not delta and not segments and piece is not None and content_index in piece.text_open:
             out.append(self._retarget(incoming))  # an empty delta (servers send them): as it came
@@ -447,13 +459,8 @@ class ResponsesRewriter:
                 self._begin_call(source, content_index, seg, out)
             elif type(seg) is CallArgs:
                 call = self._calls[(source.id, content_index)]
-                call.item["arguments"] += seg.text
-                out.append(self._new({
-                    "type": "response.function_call_arguments.delta",
-                    "item_id": call.item["id"],
-                    "output_index": call.index,
-                    "delta": seg.text,
-                }))
+                call.arguments.append(seg.text)
+                out.append(self._new(arguments_delta(call, seg.text)))
             elif type(seg) is CallEnd:
                 self._end_call(self._calls.pop((source.id, content_index)), out)
             elif type(seg) is ReasoningEnd:
@@ -576,7 +583,7 @@ class ResponsesRewriter:
         if status is None:  # cut off by its text's end: done when its item says how it ended
             call.source.unended.append(call)
             return
-        item = {**call.item, "status": status}
+        item = {**call.item, "status": status, "arguments": call.arguments.text()}
         out.append(self._new({
             "type": "response.function_call_arguments.done",
             "item_id": item["id"],
@@ -683,6 +690,11 @@ class ResponsesRewriter:
         return outgoing
 
 
+def arguments_delta(call: OpenCall, text: str) -> dict[str, Any]:
+    """A piece of a call's arguments, as sent (before its sequence_number)."""
+    return {"type": "response.function_call_arguments.delta", "item_id": call.item["id"], "output_index": call.index, "delta": text}
+
+
 def rewrite_output_items(items: list[Any], dialects: ScopeLexers) -> list[Any]:
     """Rewrite finished output items whose text was not streamed (a non-streaming body, or a
     terminal event listing items never announced): the same rules, on the items whole."""
@@ -739,6 +751,155 @@ def rewrite_response_body(
     return stats
 
 
+class NumberedFrame:
+    """The bytes of a Responses event around its one string that changes from event to event
+    (`delta`) and its `sequence_number`: `head + body + mid + digits + tail`, or `head + digits +
+    mid + body + tail` (the keys' order is upstream's). `split` returns where the string's body
+    lies and the digits, or None; the caller decodes the string with its quotes (one JSON string
+    or an error) and checks the digits."""
+
+    __slots__ = ("head", "mid", "tail", "number_first", "fixed")
+
+    def __init__(self, head: bytes, mid: bytes, tail: bytes, number_first: bool) -> None:
+        self.head, self.mid, self.tail, self.number_first = head, mid, tail, number_first
+        self.fixed = len(head) + len(mid) + len(tail)
+
+    @classmethod
+    def of(cls, raw: bytes) -> NumberedFrame | None:
+        strings = string_spans(raw, ("delta",))
+        numbers = [m.span(1) for m in _SEQUENCE_NUMBER.finditer(raw)]
+        if strings is None or len(numbers) != 1:
+            return None
+        (s0, s1), (n0, n1) = strings[0], numbers[0]
+        if s1 < n0:
+            return cls(raw[:s0], raw[s1:n0], raw[n1:], number_first=False)
+        if n1 < s0:
+            return cls(raw[:n0], raw[n1:s0], raw[s1:], number_first=True)
+        return None
+
+    def probe(self, body: bytes, digits: bytes) -> bytes:
+        if self.number_first:
+            return self.head + digits + self.mid + body + self.tail
+        return self.head + body + self.mid + digits + self.tail
+
+    def split(self, raw: bytes) -> tuple[int, int, bytes] | None:
+        size = len(raw)
+        if size < self.fixed or not raw.startswith(self.head) or not raw.endswith(self.tail):
+            return None
+        start, stop = len(self.head), size - len(self.tail)
+        if self.number_first:
+            at = raw.find(self.mid, start, stop)
+            if at < 0:
+                return None
+            return at + len(self.mid), stop, raw[start:at]
+        at = raw.rfind(self.mid, start, stop)
+        if at < 0:
+            return None
+        return start, at, raw[at + len(self.mid) : stop]
+
+
+# Deltas whose text a client appends to what came before.
+_GROWING = frozenset((*TEXT_DELTA.values(), "response.function_call_arguments.delta", "response.reasoning_summary_text.delta", "response.refusal.delta"))
+_SEQUENCE_NUMBER = re.compile(rb'"sequence_number"\s*:\s*(\d+)')
+_SENTINEL_NUMBER = 1234567890123
+
+
+def _json_int(digits: bytes) -> bool:
+    """Digits that are a JSON number as they stand (no sign, no leading zero)."""
+    return digits.isdigit() and (digits[0] != 48 or len(digits) == 1)
+
+
+@dataclass(slots=True)
+class QuietLane:
+    """Plain text deltas into a part whose lexer is idle (`passes_plain_delta`), from their
+    bytes (`quiet_reader`)."""
+
+    frame: NumberedFrame
+    read: Callable[[bytes], bool | None]
+
+
+def quiet_reader(frame: NumberedFrame, texts: TextPieces, core: ResponsesRewriter) -> Callable[[bytes], bool | None]:
+    """What `passes_plain_delta` does to an event of `frame`, from its bytes: True when it
+    passes (its text recorded, its number taken), None when the full path must read it. A
+    closure: the fewest lookups on the commonest path."""
+    head, mid, tail, fixed, number_first = frame.head, frame.mid, frame.tail, frame.fixed, frame.number_first
+    head_size, mid_size, tail_size = len(head), len(mid), len(tail)
+    loads, append = orjson.loads, texts.append
+
+    def read(raw: bytes) -> bool | None:
+        size = len(raw)
+        if size < fixed or not raw.startswith(head) or not raw.endswith(tail):
+            return None
+        stop = size - tail_size
+        if number_first:
+            at = raw.find(mid, head_size, stop)
+            if at < 0 or raw[head_size:at] != b"%d" % core._seq:
+                return None
+            start, end = at + mid_size, stop
+        else:
+            at = raw.rfind(mid, head_size, stop)
+            if at < 0 or raw[at + mid_size : stop] != b"%d" % core._seq:
+                return None
+            start, end = head_size, at
+        body = raw[start:end]
+        # a quote, a `<`, a `[`, a line end; a `\\u003.` escape: what `markup_may_start` looks for
+        if 34 in body or 60 in body or 91 in body or 10 in body or 13 in body or (92 in body and body.find(b"\\u003") >= 0):
+            return None
+        try:
+            text = loads(raw[start - 1 : end + 1])
+        except orjson.JSONDecodeError:
+            return None
+        append(text)
+        core._seq += 1
+        return True
+
+    return read
+
+
+@dataclass(slots=True)
+class Rendered:
+    """An event we send, rendered by the full path's own rules around its text and its number."""
+
+    head: bytes
+    mid: bytes
+    tail: bytes
+    number_first: bool
+
+    @classmethod
+    def of(cls, encoded: bytes) -> Rendered | None:
+        number = b"%d" % _SENTINEL_NUMBER
+        if encoded.count(b"\\u0000") != 1 or encoded.count(number) != 1:
+            return None
+        text_at, number_at = encoded.index(b"\\u0000"), encoded.index(number)
+        if text_at < number_at:
+            return cls(encoded[:text_at], encoded[text_at + 6 : number_at], encoded[number_at + len(number) :], False)
+        return cls(encoded[:number_at], encoded[number_at + len(number) : text_at], encoded[text_at + 6 :], True)
+
+    def event(self, body: bytes, seq: int) -> bytes:
+        if self.number_first:
+            return self.head + b"%d" % seq + self.mid + body + self.tail
+        return self.head + body + self.mid + b"%d" % seq + self.tail
+
+
+@dataclass(slots=True)
+class TextLane:
+    """Text deltas of one part whose lexer is read (`ArgsLane` in chat.py, for Responses): the
+    part's lexer holds markup, or its text goes to an item of ours (cut by a call before): held
+    text sends nothing; a piece of a live call's arguments one delta event (`args`); text as it
+    came the same delta, renumbered (`text`)."""
+
+    frame: NumberedFrame
+    source: SourceItem
+    key: int  # the part's content_index
+    leaf: Lexer
+    path: list[Lexer]
+    finished: bool  # the lexers around the leaf were finished last (see chat.ArgsLane)
+    call: OpenCall | None = None  # the call open in this part, if any
+    args: Rendered | None = None
+    piece: PieceItem | None = None  # where text as it came goes, renumbered
+    text: Rendered | None = None
+
+
 class ResponsesStreamRewriter(SseRewriter):
     """A Responses API SSE body in (any byte pieces), the repaired SSE body out."""
 
@@ -747,8 +908,21 @@ class ResponsesStreamRewriter(SseRewriter):
         self._core = ResponsesRewriter(context, self.stats, max_held=max_held, required_action=required_action)
         self._named: bool | None = None  # does upstream send `event:` lines? then so do we
         self._last_type: str | None = None  # of the event being read
+        # The lanes (stream.py): plain text deltas while their part's lexer is idle, text
+        # deltas while it holds markup. Learned from an event read in full, dropped by the next.
+        self._quiet: QuietLane | None = None
+        self._held: TextLane | None = None
+        self._quiet_run = 0
 
     def _on_block(self, raw: bytes) -> list[bytes]:
+        if self._held is not None:
+            out = self._held_read(raw)
+            if out is not None:
+                if self._direct is None and self._echo.changed and self._held is not None:
+                    self._direct = self._held_read
+                return out
+        elif self._quiet is not None and self._quiet_read(raw) is not None:
+            return [raw]
         self._last_type = None
         read = read_event(raw)
         if read is None:
@@ -758,10 +932,26 @@ class ResponsesStreamRewriter(SseRewriter):
             self._named = block.event is not None
         self._last_type = event["type"]
         if not markup_may_start(raw) and self._core.passes_plain_delta(event):
+            if self.lanes and self._quiet is None:
+                self._quiet_run += 1
+                if self._quiet_run in (2, 16):
+                    self._learn_quiet(raw, event)
             return [raw]  # fast path: plain text, sent as it came
-        return [self._encode(o) for o in self._core.on_event(event, raw, block.event)]
+        return self._read_in_full(raw, event, block.event)
+
+    def _read_in_full(self, raw: bytes, event: dict[str, Any], name: str | None, lexed: list[Segment] | None = None) -> list[bytes]:
+        self._quiet = self._held = self._direct = None
+        self._quiet_run = 0
+        core = self._core
+        core.lexed, core.last_segments = lexed, None
+        out = [self._encode(o) for o in core.on_event(event, raw, name)]
+        core.lexed = None
+        if core.last_segments is not None and self.lanes:
+            self._arm(raw, event)
+        return out
 
     def _at_end(self) -> list[bytes]:
+        self._quiet = self._held = self._direct = None
         return [self._encode(o) for o in self._core.finish()]
 
     def _may_send_later(self, raw: bytes) -> bool:
@@ -772,3 +962,148 @@ class ResponsesStreamRewriter(SseRewriter):
         if outgoing.raw is not None:
             return outgoing.raw
         return encode_event(orjson.dumps(outgoing.event), outgoing.name if self._named else None)
+
+    _telltales = {"call": b"function_call"}
+
+    @staticmethod
+    def _assembled(raw: bytes) -> list[Contribution]:
+        """What a client assembles from one event: the text of each part and the arguments of
+        each call grow; every other event counts by its type and place, its last version (its
+        `sequence_number` aside: numbering, not content). See `EchoCheck`."""
+        event = parse_block(raw)
+        if event.data is None:
+            return []
+        if event.malformed:
+            return [(("raw",), raw.decode("latin-1"), True)]
+        try:
+            data = orjson.loads(event.data)
+        except orjson.JSONDecodeError:
+            return [(("data",), event.data, True)]
+        if not isinstance(data, dict):
+            return [(("data",), event.data, True)]
+        kind = data.get("type")
+        item = data.get("item")
+        # (a function call's events: upstream's hold `function_call`, see `_telltales`)
+        call = "call" if isinstance(kind, str) and "function_call" in kind or isinstance(item, dict) and item.get("type") == FUNCTION_CALL else ""
+        place = (kind, data.get("item_id"), data.get("output_index"), data.get("content_index"))
+        if kind in _GROWING and isinstance(data.get("delta"), str):
+            rest = {k: v for k, v in data.items() if k not in ("delta", "sequence_number")}
+            return [((call or "grows", *place), data["delta"], True), ((call or "fields", *place), rest, False)]
+        return [((call or "event", *place), {k: v for k, v in data.items() if k != "sequence_number"}, False)]
+
+    # -- lanes -----------------------------------------------------------------------------------
+
+    def _frame_of(self, raw: bytes, event: dict[str, Any]) -> NumberedFrame | None:
+        """The frame of a text delta event, checked on a probe: it holds exactly this event but
+        for its delta and its number."""
+        frame = NumberedFrame.of(raw)
+        if frame is None:
+            return None
+        read = read_event(frame.probe(b"\\u0001", b"7"))
+        if read is None or read[0] != {**event, "delta": "\x01", "sequence_number": 7}:
+            return None
+        return frame
+
+    def _learn_quiet(self, raw: bytes, event: dict[str, Any]) -> None:
+        core = self._core
+        source = core._sources.get(event.get("output_index"))
+        key = event.get("content_index")
+        if source is None or source.piece is None or type(key) is not int:
+            return
+        frame = self._frame_of(raw, event)
+        texts = source.piece.texts.get(key)
+        if frame is not None and texts is not None:
+            self._quiet = QuietLane(frame, quiet_reader(frame, texts, core))
+            self._direct = self._quiet_direct
+
+    def _quiet_read(self, raw: bytes) -> bool | None:
+        """True when `raw` is a plain text delta `passes_plain_delta` would pass (its text is
+        recorded, its number taken), else None (nothing done)."""
+        return self._quiet.read(raw)
+
+    def _quiet_direct(self, data: bytes) -> list[bytes] | None:
+        echo = self._echo
+        if not echo._unsent and echo._assembly is None and self._quiet.read(data) is not None:
+            return [data]
+        return None
+
+    def _arm(self, raw: bytes, event: dict[str, Any]) -> None:
+        """After a text delta read in full: the lane of the next deltas of its part (see
+        `TextLane`), when its lexer holds markup or its text goes to an item of ours."""
+        core = self._core
+        segments = core.last_segments
+        source = core._sources.get(event.get("output_index"))
+        key = event.get("content_index")
+        if source is None or type(key) is not int or event.get("type") != TEXT_DELTA[source.kind] or not event.get("delta"):
+            return
+        lexer = source.lexers.get(key)
+        if lexer is None:
+            return
+        frame = self._frame_of(raw, event)
+        if frame is None or _CARRIED_FIELD.search(frame.head):
+            return
+        leaf, path = live_path(lexer)
+        lane = TextLane(frame, source, key, leaf, path, bool(segments) and type(segments[-1]) in (CallArgs, CallBegin))
+        call = core._calls.get((source.id, key))
+        if call is not None:
+            probe = {**arguments_delta(call, "\x00"), "sequence_number": _SENTINEL_NUMBER}
+            lane.call, lane.args = call, Rendered.of(self._encode(Outgoing(probe, probe["type"])))
+        piece = source.piece
+        if piece is not None and key in piece.text_open and key not in source.reasoning_over and not any(type(node) is ChainLexer for node in path):
+            # `_on_text_delta`'s common case: the event as it came, renumbered. Only where the
+            # numbering is ours (else `passes_plain_delta` takes it without the lexer).
+            changes = {"output_index": piece.index, "item_id": piece.id, "content_index": piece.content_index(key)}
+            if any(event.get(name) != value for name, value in changes.items()):
+                probe = {**event, **changes, "delta": "\x00", "sequence_number": _SENTINEL_NUMBER}
+                lane.piece, lane.text = piece, Rendered.of(self._encode(Outgoing(probe, self._named_as(raw))))
+        if lexer.idle and lane.text is None:
+            return  # the full path (`passes_plain_delta`) takes plain text
+        self._held = lane
+        if self._echo.changed:
+            self._direct = self._held_read
+
+    def _named_as(self, raw: bytes) -> str | None:
+        """The `event:` name of `raw` (what `_same_or_new` keeps of an incoming event)."""
+        return parse_block(raw).event
+
+    def _held_read(self, raw: bytes) -> list[bytes] | None:
+        lane = self._held
+        split = lane.frame.split(raw)
+        if split is None:
+            return None
+        start, end, digits = split
+        if not _json_int(digits) or (lane.text is None and lane.leaf.idle):
+            return None
+        try:
+            text = orjson.loads(raw[start - 1 : end + 1])
+        except orjson.JSONDecodeError:
+            return None
+        if not text:
+            return None
+        segments = lane.leaf.feed(text)
+        core = self._core
+        if not segments:
+            lane.source.altered = True
+            if lane.text is None and lane.leaf.idle:  # the next deltas may pass as they came: the full path decides
+                self._held = self._direct = None
+            return []
+        if len(segments) == 1:
+            kind = type(segments[0])
+            if kind is CallArgs and lane.finished and lane.args is not None:
+                piece = segments[0].text
+                lane.call.arguments.append(piece)
+                lane.source.altered = True
+                seq = core._seq
+                core._seq = seq + 1
+                body = raw[start:end] if piece == text and raw.find(b"\\", start, end) < 0 else orjson.dumps(piece)[1:-1]
+                return [lane.args.event(body, seq)]
+            if kind is Text and lane.text is not None and segments[0].text == text:
+                lane.piece.add_text(lane.key, text)
+                seq = core._seq
+                core._seq = seq + 1
+                body = raw[start:end] if raw.find(b"\\", start, end) < 0 else orjson.dumps(text)[1:-1]
+                return [lane.text.event(body, seq)]
+        # Anything else: what the lexers around the leaf make of it, then the full path.
+        event, block = read_event(raw)
+        self._last_type = event["type"]
+        return self._read_in_full(raw, event, block.event, unwind(lane.path, segments))

@@ -3,15 +3,31 @@
 An API rewriter (Chat Completions, Responses) subclasses `SseRewriter` and implements
 `_on_block` (one complete SSE block in, the blocks to send out) and `_at_end` (the body ended:
 release what the lexers still hold).
+
+Lanes: a steady state (plain text while nothing is held; a call's arguments while a call is
+open) is read from an event's bytes alone: the bytes around the one string that changes from
+event to event (a `Frame`, learned from an event the full path read) are compared, the string is
+decoded by itself, and the answer is the full path's own. A subclass sets `_direct` to the lane
+that a read of one whole event takes straight from `feed` (no framing, no per-event
+bookkeeping), and takes its lanes in `_on_block` for framed events. Every lane is off when
+`lanes` is False (tests compare both: the same bytes).
 """
 
 from __future__ import annotations
 
 import re
 
+from collections.abc import Callable
+from typing import Any
+
 from .calls import RewriteStats
 from .lexers import MARKUP_STARTS
+from .lexers.base import ChainLexer, Lexer, Segment
+from .lexers.think import ReasoningSplit
 from .sse import SseFramer, is_one_data_line
+
+# The lanes, on by default; an instance's `lanes = False` turns them off (the differential tests).
+LANES = True
 
 # `id:` and `retry:` lines of an event (an `id` line may have no colon). They are state of the
 # client's EventSource (the last event id, the reconnection delay), not part of the data.
@@ -36,6 +52,166 @@ def markup_may_start(raw: bytes) -> bool:
     return _BRACKET_MARKUP.search(raw) is not None
 
 
+class Frame:
+    """The bytes of an event around one JSON string value (or two equal values: mirrored
+    fields), learned from one event: an event `head + s + tail` (or `head + s + mid + s + tail`)
+    holds the same JSON as the learned one, but for the string whose body is `s`, provided `s`
+    is a valid JSON string body (the caller decodes it, or rules out quotes in it)."""
+
+    __slots__ = ("head", "mid", "tail", "fixed")
+
+    def __init__(self, head: bytes, tail: bytes, mid: bytes | None = None) -> None:
+        self.head, self.tail, self.mid = head, tail, mid
+        self.fixed = len(head) + len(tail) + (len(mid) if mid is not None else 0)
+
+    @classmethod
+    def around(cls, raw: bytes, spans: list[tuple[int, int]]) -> Frame | None:
+        """The frame of `raw` around the string bodies at `spans` (one, or two holding the same
+        bytes), or None."""
+        if len(spans) == 1:
+            (start, end), = spans
+            return cls(raw[:start], raw[end:])
+        if len(spans) == 2:
+            (s1, e1), (s2, e2) = sorted(spans)
+            if e1 <= s2 and raw[s1:e1] == raw[s2:e2]:
+                return cls(raw[:s1], raw[e2:], raw[e1:s2])
+        return None
+
+    def probe(self, body: bytes) -> bytes:
+        """An event of this frame whose string body is `body`."""
+        if self.mid is None:
+            return self.head + body + self.tail
+        return self.head + body + self.mid + body + self.tail
+
+    def split(self, raw: bytes) -> bytes | None:
+        """The string body of `raw` when `raw` is an event of this frame, else None."""
+        extra = len(raw) - self.fixed
+        if extra < 0 or not raw.startswith(self.head) or not raw.endswith(self.tail):
+            return None
+        start = len(self.head)
+        mid = self.mid
+        if mid is None:
+            return raw[start : start + extra]
+        if extra & 1:
+            return None
+        half = extra >> 1
+        body = raw[start : start + half]
+        at = start + half
+        if raw[at : at + len(mid)] != mid or raw[at + len(mid) : at + len(mid) + half] != body:
+            return None
+        return body
+
+
+# Events a lane is learned from: token-sized ones (a frame of a long event would not pay).
+FRAME_MAX = 1 << 14
+
+
+def plain_body(body: bytes) -> bool:
+    """May the string body of an event of a frame learned from a plain text event pass without
+    a look (what `markup_may_start` says of the whole event, the frame having passed)? Not with
+    a quote (the frame would not hold: the full path reads it), a line end (no longer one
+    event), a `<`, a `[` or a `\\u003.` escape (a marker may begin). (Membership of a byte as an
+    int is the cheapest search CPython has.)"""
+    return not (34 in body or 60 in body or 91 in body or 10 in body or 13 in body or (92 in body and body.find(b"\\u003") >= 0))
+
+
+def quiet_lane(frame: Frame, echo: EchoCheck, refuse: bytes | None = None) -> Callable[[bytes], list[bytes] | None]:
+    """A read of one plain text event of `frame`, taken straight from `feed` while the echo check
+    holds nothing: the read as it came, or None (the framed path reads it). `refuse`: a body
+    beginning with it is read in full too. A closure, with the fewest lookups on the commonest
+    path."""
+    head, tail, fixed = frame.head, frame.tail, frame.fixed
+    start, end = len(head), len(tail)
+    mirrored = frame.mid is not None
+
+    def direct(data: bytes) -> list[bytes] | None:
+        if echo._unsent or echo._assembly is not None:
+            return None
+        if mirrored:
+            body = frame.split(data)
+            if body is None:
+                return None
+        elif len(data) < fixed or not data.startswith(head) or not data.endswith(tail):
+            return None
+        else:
+            body = data[start : len(data) - end]
+        if 34 in body or 60 in body or 91 in body or 10 in body or 13 in body or (92 in body and body.find(b"\\u003") >= 0):
+            return None
+        if refuse is not None and body.startswith(refuse):
+            return None
+        return [data]
+
+    return direct
+
+
+def string_spans(raw: bytes, keys: tuple[str, ...]) -> list[tuple[int, int]] | None:
+    """Where the string values of `keys` lie in the JSON of `raw` (each key once), or None."""
+    if len(raw) > FRAME_MAX:
+        return None
+    spans = []
+    for key in keys:
+        found = [m.span(1) for m in _string_value(key).finditer(raw)]
+        if len(found) != 1:
+            return None
+        spans.append(found[0])
+    return spans
+
+
+_STRING_VALUES: dict[str, re.Pattern[bytes]] = {}
+
+
+def _string_value(key: str) -> re.Pattern[bytes]:
+    pattern = _STRING_VALUES.get(key)
+    if pattern is None:
+        pattern = _STRING_VALUES[key] = re.compile(rb'"' + re.escape(key.encode()) + rb'"\s*:\s*"((?:[^"\\]++|\\.)*+)"')  # possessive: no backtracking
+    return pattern
+
+
+def live_path(lexer: Lexer) -> tuple[Lexer, list[Lexer]]:
+    """The innermost lexer that reads a channel's text, and the lexers around it, outermost
+    first. A `ReasoningSplit` whose think lexer is idle (in content) and whose reasoning side is
+    idle passes text to its content side as it came; a `ChainLexer` whose second stage is idle
+    gives its first stage the text, and gives the second only the first's Text (none while a
+    call's arguments stream: its second stage was finished when the call began, and stays so).
+    Anything else is read as a whole (it is the leaf). (These are the lexers' own attributes:
+    should they change, the channel's lexer is fed whole, always right.)"""
+    try:
+        return _live_path(lexer)
+    except AttributeError:
+        return lexer, []
+
+
+_UNWINDS = hasattr(ChainLexer, "_through_second")  # (what `unwind` needs of a chain)
+
+
+def _live_path(lexer: Lexer) -> tuple[Lexer, list[Lexer]]:
+    path: list[Lexer] = []
+    while True:
+        kind = type(lexer)
+        if kind is ReasoningSplit:
+            think, reasoning, content = lexer._think, lexer._reasoning, lexer._content
+            if not (think.idle and reasoning.idle and lexer._side is content):
+                return lexer, path
+            path.append(lexer)
+            lexer = content
+        elif kind is ChainLexer and _UNWINDS:
+            if lexer.first.idle or not lexer.second.idle:
+                return lexer, path
+            path.append(lexer)
+            lexer = lexer.first
+        else:
+            return lexer, path
+
+
+def unwind(path: list[Lexer], segments: list[Segment]) -> list[Segment]:
+    """What the lexers of `path` (outermost first) make of their leaf's segments: what the
+    channel's lexer would have returned had it been fed the text itself."""
+    for node in reversed(path):
+        if type(node) is ChainLexer:
+            segments = node._through_second(segments)
+    return segments  # (a ReasoningSplit passes its content side's segments as they are)
+
+
 def _latest_fields(fields: bytes) -> bytes:
     """Of `\\n`-ended field lines, the last `retry` and the last `id` (an EventSource keeps
     only those)."""
@@ -55,7 +231,7 @@ class SseRewriter:
         self._framer = SseFramer()
         self.stats = RewriteStats()
         self.failure: Exception | None = None
-        self._echo = EchoCheck()
+        self._echo = EchoCheck(self._assembled, self._telltales)
         # `id:`/`retry:` lines of events rewritten or held, not sent yet: (the number of the
         # event in the stream, its field lines), oldest first.
         self._waiting: list[tuple[int, bytes]] = []
@@ -65,6 +241,10 @@ class SseRewriter:
         self._taken = 0  # events read so far: the number of the one being read
         # Set by a subclass while its state lets whole reads pass when `_nothing_to_read`.
         self._passes_whole_reads = False
+        self.lanes = LANES
+        # Set by a subclass: the lane a read of one whole event takes from `feed` (it returns
+        # the events to send, or None: the event takes the framed path).
+        self._direct: Callable[[bytes], list[bytes] | None] | None = None
 
     @property
     def changed(self) -> bool:
@@ -72,6 +252,20 @@ class SseRewriter:
         return self._echo.changed
 
     def feed(self, data: bytes) -> list[bytes]:
+        direct = self._direct
+        if direct is not None and not self._framer._buf and not self._waiting and not self._withheld:
+            # The read is one event of the lane's frame, or the lane says no (None): no framing,
+            # no fields to carry (one data line), the echo check decided or idle (the lane's).
+            try:
+                out = direct(data)
+            except Exception as exc:  # as `_on_block_failing_open` fails
+                self._direct = None
+                self.failure = exc
+                self._taken += 1
+                return [data]
+            if out is not None:
+                self._taken += 1
+                return out
         # (Not while fields wait or a held event keeps its own: the next event sent takes them.)
         if self._passes_whole_reads and self._echo.idle and not self._waiting and not self._withheld:
             # The fast path: the whole events of this read pass unframed when nothing in them
@@ -90,6 +284,8 @@ class SseRewriter:
             # `data: [DONE]\r\n\r\n` dropped that way), so such a read takes the framed path.
             if end >= 2 and b"\r" not in data[end:] and self._nothing_to_read(data if end == len(data) else data[:end]):
                 if end == len(data):
+                    if self._direct is None and self.lanes:
+                        self._passed_whole(data)
                     return [data]
                 self._framer.feed(data[end:])  # no event is complete in it
                 return [data[:end]]
@@ -136,6 +332,7 @@ class SseRewriter:
             out = self._on_block(raw)
         except Exception as exc:  # a bug of ours must not cost the client an event
             self.failure = exc
+            self._direct = None
             self._withheld.clear()  # nothing held is sent from now on
             return self._place_fields([raw], raw)
         if out != [raw] and not is_one_data_line(raw) and not any(piece is raw for piece in out):
@@ -200,6 +397,15 @@ class SseRewriter:
                 out[-1] = fields + last
         return out
 
+    _telltales: dict[str, bytes] = {}  # see EchoCheck
+
+    @staticmethod
+    def _assembled(raw: bytes) -> list[Contribution]:
+        """What a client assembles from one event of the API (see `EchoCheck`). Raises (or a
+        subclass that does not say) when it cannot tell: then the flow counts as changed when
+        its bytes part."""
+        raise NotImplementedError
+
     def _may_send_later(self, raw: bytes) -> bool:
         """Might the event just read, not sent now, still be sent as it came (a subclass that
         holds raw events to send them later says so)? Then its fields stay in it."""
@@ -209,6 +415,10 @@ class SseRewriter:
         """With `_passes_whole_reads` set: may these whole events go out as they came?"""
         return False
 
+    def _passed_whole(self, data: bytes) -> None:
+        """A read of whole events passed as it came (`_nothing_to_read`): a subclass may learn
+        a lane from it."""
+
     def _on_block(self, raw: bytes) -> list[bytes]:
         raise NotImplementedError
 
@@ -216,44 +426,161 @@ class SseRewriter:
         return []
 
 
+# What a client assembles from one event, as contributions `(key, value, grows)`: a value that
+# grows (`grows`: a text, arguments, a list of logprobs, as str) is appended to what came before
+# under its key; any other value replaces it (the last one counts: a finish reason, usage, an
+# id), but for `null`, which is no value.
+Contribution = tuple[tuple, Any, bool]
+Assembler = Callable[[bytes], list[Contribution]]
+
+
 class EchoCheck:
-    """Is the body sent still byte for byte the body received? Compared as the bytes go, keeping
-    only what came in and was not sent yet (what the rewriter holds), so a flow can be annotated
-    as rewritten or not without a copy of either body."""
+    """Did the client get what upstream sent? Decided as the bytes go, without a copy of
+    either body, so that a flow is marked and annotated only when what its client assembles
+    differs from what upstream sent.
+
+    Byte for byte while the bytes agree: only what came in and was not sent yet (what the
+    rewriter holds) is kept. When they part (a `<` held at the end of one event and sent with
+    the next, which re-cuts the text but changes nothing a client assembles), the events from
+    there on are read into what a client assembles (`Assembly`, fed by the rewriter's API's
+    `assembler`) on each side; once both sides agree again, byte for byte it is. A difference
+    in what is assembled, a part of it only one side has, or more held than `MAX_UNSENT` makes
+    `changed` final."""
 
     # Held raw bytes past this mean the rewriter is holding markup over many events (a block, a
-    # section): whatever it releases is re-framed into other events, so the bodies differ. Deciding
-    # it here spares keeping ~85 bytes of event JSON per held character (bench/e2e.py, memory).
+    # section): they are read into the assembly (~1 byte a character instead of ~85 of event
+    # JSON). Text held in the assembly past MAX_HELD decides it: changed.
     MAX_UNSENT = 16 * 1024
+    MAX_HELD = 16 * 1024
 
-    def __init__(self) -> None:
+    def __init__(self, assembler: Assembler | None = None, telltales: dict[str, bytes] | None = None) -> None:
         self.changed = False
         self._unsent = bytearray()
+        self._assembler = assembler
+        # Kinds of contribution (`key[0]`) upstream's events can only hold with these bytes in
+        # them: ours holding one when the bytes upstream's held back lack them is a difference,
+        # told without reading those events (a call made from markup held over many events).
+        self._telltales = telltales or {}
+        self._assembly: Assembly | None = None
 
     def took(self, raw: bytes) -> None:
         if not self.changed:
             self._unsent += raw
 
     def gave(self, pieces: list[bytes]) -> None:
-        for piece in pieces:
+        for at, piece in enumerate(pieces):
             if self.changed:
                 return
-            if self._unsent.startswith(piece):
+            if self._assembly is None and self._unsent.startswith(piece):
                 del self._unsent[: len(piece)]
             else:
-                self._differs()
-        if len(self._unsent) > self.MAX_UNSENT:
-            self._differs()
+                self._compare(pieces[at:])
+                break
+        if self.changed:
+            return
+        if self._assembly is not None and not self._unsent and self._assembly.agrees():
+            self._assembly = None  # both sides assembled the same: bytes again
+        elif len(self._unsent) > self.MAX_UNSENT:
+            self._compare([])
 
     @property
     def idle(self) -> bool:
-        """Everything received was sent as it came (or a difference is known already)."""
-        return not self._unsent
+        """Everything received was sent as it came, or what is assembled agrees (or a difference
+        is known already)."""
+        return not self._unsent and self._assembly is None
 
     def end(self) -> None:
-        if self._unsent:  # held and never sent: dropped
+        if self.changed:
+            return
+        if self._unsent or self._assembly is not None:  # held and never sent, or sent otherwise
+            self._compare([])
+        if not self.changed and self._assembly is not None and not self._assembly.agrees():
             self._differs()
+        self._assembly = None
+
+    def _compare(self, pieces: list[bytes]) -> None:
+        """What upstream sent that was not read yet, then `pieces` sent, into the assembly (read
+        only when something was sent, or too much is held: a block held over many events, then
+        made a call, is told apart by the telltales without being read)."""
+        if self._assembler is None:
+            self._differs()
+            return
+        unsent, self._unsent = bytes(self._unsent), bytearray()
+        ours = [contribution for piece in pieces for contribution in self._read(piece) or [(None, None, False)]]
+        if self._assembly is None:
+            self._assembly = Assembly(self.MAX_HELD)
+        known, telltales = self._assembly.keys, self._telltales
+        if any(key is None or (key[0] in telltales and key not in known and telltales[key[0]] not in unsent) for key, _, _ in ours):
+            self._differs()
+            return
+        theirs = self._read(unsent)
+        if theirs is None or not self._assembly.add(True, theirs) or not self._assembly.add(False, ours):
+            self._differs()
+
+    def _read(self, data: bytes) -> list[Contribution] | None:
+        """What a client assembles from whole events' bytes; None: no telling."""
+        framer = SseFramer()
+        events = framer.feed(data) + framer.close()
+        if framer.pending:  # not whole events
+            return None
+        contributions: list[Contribution] = []
+        for raw in events:
+            try:
+                contributions += self._assembler(raw)
+            except Exception:  # noqa: BLE001 (no telling)
+                return None
+        return contributions
 
     def _differs(self) -> None:
         self.changed = True
         self._unsent = bytearray()
+        self._assembly = None
+
+
+class Assembly:
+    """What a client assembles from upstream's events and from ours, since the bytes parted:
+    of what grows, only what one side has that the other does not yet (each side's text is the
+    other's so far, plus what is held); of what is replaced, the last value on each side."""
+
+    __slots__ = ("_ahead", "_last", "keys", "_held", "_limit")
+
+    def __init__(self, limit: int) -> None:
+        self._ahead: dict[tuple, tuple[bool, str]] = {}  # key -> (upstream's side?, what it has more)
+        self._last: tuple[dict[tuple, Any], dict[tuple, Any]] = ({}, {})  # ours, upstream's
+        self.keys: set[tuple] = set()  # keys upstream's side has had
+        self._held = 0
+        self._limit = limit
+
+    def add(self, upstream: bool, contributions: list[Contribution]) -> bool:
+        """False when the sides now differ for good."""
+        for key, value, grows in contributions:
+            if value is None:
+                continue  # `null` and no field are one to a client (`logprobs`, `usage`, `finish_reason`)
+            if upstream:
+                self.keys.add(key)
+            elif key not in self.keys:
+                return False  # something upstream never sent (a call, text moved to another field)
+            if not grows:
+                self._last[upstream][key] = value
+                continue
+            if not value:
+                continue
+            side, more = self._ahead.get(key, (upstream, ""))
+            if side == upstream or not more:
+                self._ahead[key] = (upstream, more + value)
+                self._held += len(value)
+            elif more.startswith(value):
+                self._ahead[key] = (side, more[len(value) :])
+                self._held -= len(value)
+            elif value.startswith(more):
+                self._ahead[key] = (upstream, value[len(more) :])
+                self._held += len(value) - 2 * len(more)
+            else:
+                return False
+            if self._held > self._limit:
+                return False
+        return True
+
+    def agrees(self) -> bool:
+        """Does each side assemble the same so far?"""
+        return not any(more for _, more in self._ahead.values()) and self._last[0] == self._last[1]

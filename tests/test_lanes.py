@@ -1,0 +1,268 @@
+"""The lanes (stream.py) against the full path: the same bytes, lanes on and off.
+
+A lane reads a steady state from an event's bytes alone (plain text while nothing is held, the
+arguments or the held text of markup being read) and must answer exactly what the full path
+answers. Every recorded flow (flows/), the fuzz targets of the three APIs (tests/test_fuzz.py,
+tests/test_core_messages.py) and an every-split sweep of streams made to stay in the lanes go
+through the rewriters with the lanes on and off: the bytes sent must be identical (minted ids
+are made deterministic for the comparison). A second check counts that the lanes were taken at
+all, so that a lane that silently never fires does not pass as equal.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import random
+import re
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from harness import PROJECT_ROOT, read_flows
+from test_core_messages import hostile_messages
+from test_fuzz import MODELS, TOOLS, budget, by_event, chat_case, responses_case, sse_texts, split_at
+from toolshim import calls
+from toolshim.apis import CHAT, MESSAGES, RESPONSES, api_of
+from toolshim.chat import ChatStreamRewriter
+from toolshim.messages import MessagesStreamRewriter
+from toolshim.responses import ResponsesStreamRewriter
+from toolshim.tools import RequestContext
+
+FLOW_FILES = sorted((PROJECT_ROOT / "flows").glob("*.flow"))
+REWRITERS = {CHAT: ChatStreamRewriter, RESPONSES: ResponsesStreamRewriter, MESSAGES: MessagesStreamRewriter}
+
+
+class CountingSecrets:
+    """`secrets` for `calls.random_id`: the same ids in every run (reset per run)."""
+
+    def __init__(self) -> None:
+        self._rng = random.Random(0)
+
+    def choice(self, seq):
+        return self._rng.choice(seq)
+
+
+def rewrite(api: str, context: RequestContext, pieces: list[bytes], lanes: bool, monkeypatch: pytest.MonkeyPatch) -> tuple[bytes, object]:
+    monkeypatch.setattr(calls, "secrets", CountingSecrets())
+    rewriter = REWRITERS[api](copy.deepcopy(context))
+    rewriter.lanes = lanes
+    out: list[bytes] = []
+    for piece in pieces:
+        sent = rewriter.feed(piece)
+        assert b"" not in sent
+        out += sent
+    out += rewriter.close()
+    return b"".join(out), rewriter
+
+
+def check(api: str, context: RequestContext, body: bytes, cuts: list[list[bytes]], monkeypatch: pytest.MonkeyPatch) -> bytes:
+    """The body through the full path whole, and through the lanes in each of `cuts`: the
+    same bytes, the same failure (none, unless the full path has one too)."""
+    reference, full = rewrite(api, context, [body], False, monkeypatch)
+    for pieces in cuts:
+        off, _ = rewrite(api, context, pieces, False, monkeypatch)
+        on, laned = rewrite(api, context, pieces, True, monkeypatch)
+        assert on == off == reference, (api, [len(p) for p in pieces][:20])
+        assert (laned.failure is None) is (full.failure is None)
+    return reference
+
+
+# -- recorded flows ------------------------------------------------------------------------------
+
+
+def recorded_streams():
+    for path in FLOW_FILES:
+        for n, flow in enumerate(read_flows(path)):
+            api = api_of(flow)
+            if api is None or flow.response is None or "event-stream" not in flow.response.headers.get("content-type", ""):
+                continue
+            yield pytest.param(api, flow.request.content, flow.response.content, id=f"{path.name.removesuffix('.flow')}#{n}")
+
+
+def contexts(request_body: bytes) -> list[RequestContext]:
+    """The request's context, and the same with the options that change the stream's rules."""
+    plain = RequestContext.from_body(request_body)
+    error_chunk = copy.deepcopy(plain)
+    error_chunk.parse_error_chunk = True
+    content_field = copy.deepcopy(plain)
+    content_field.reasoning_field = "reasoning"
+    return [plain, error_chunk, content_field]
+
+
+def event_cuts(body: bytes, seed: int) -> list[list[bytes]]:
+    """One event a read; two; each event cut once (at a random byte); random splits."""
+    events = by_event(body)
+    rng = random.Random(seed)
+    halves = []
+    for event in events:
+        at = rng.randint(1, max(1, len(event) - 1))
+        halves += [event[:at], event[at:]] if len(event) > 1 else [event]
+    pairs = [b"".join(events[i : i + 2]) for i in range(0, len(events), 2)]
+    randoms = [split_at(body, [rng.randint(0, len(body)) for _ in range(rng.randint(1, 40))]) for _ in range(4)]
+    return [events, pairs, halves, *randoms]
+
+
+@pytest.mark.parametrize(("api", "request_body", "body"), list(recorded_streams()))
+def test_every_recorded_stream_is_the_same_through_the_lanes(api, request_body, body, monkeypatch):
+    for context in contexts(request_body):
+        check(api, context, body, event_cuts(body, len(body)), monkeypatch)
+
+
+# -- the fuzz targets ------------------------------------------------------------------------------
+
+
+@budget(120)
+@given(chat_case())
+def test_fuzz_chat_lanes(case):
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        check(CHAT, case["context"], case["body"], [case["pieces"], by_event(case["body"])], monkeypatch)
+
+
+@budget(120)
+@given(responses_case())
+def test_fuzz_responses_lanes(case):
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        check(RESPONSES, case["context"], case["body"], [case["pieces"], by_event(case["body"])], monkeypatch)
+
+
+@budget(100)
+@given(hostile_messages(), st.lists(st.integers(1, 5000), max_size=10), st.sampled_from(["kimi-k2", "MiniMax-M2", "qwen3", "llama-3"]))
+def test_fuzz_messages_lanes(body, cuts, model):
+    context = RequestContext.from_request({"model": model, "tools": [{"name": "Bash", "input_schema": {"type": "object"}}]})
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        check(MESSAGES, context, body, [split_at(body, [c % len(body) for c in cuts]), by_event(body)], monkeypatch)
+
+
+@budget(80)
+@given(
+    st.sampled_from([CHAT, RESPONSES, MESSAGES]),
+    st.lists(st.binary(max_size=40) | sse_texts.map(str.encode), max_size=8).map(b"".join),
+    st.lists(st.integers(0, 400), max_size=20),
+    st.sampled_from(MODELS),
+)
+def test_fuzz_hostile_bytes_lanes(api, body, cuts, model):
+    context = RequestContext(tools=dict(TOOLS), model=model)
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        check(api, context, body, [split_at(body, cuts), by_event(body)], monkeypatch)
+
+
+# -- every split of streams that stay in the lanes --------------------------------------------------
+
+BASH_CHAT = {"type": "function", "function": {"name": "bash", "parameters": {"type": "object", "properties": {"command": {"type": "string"}}}}}
+
+
+def chat_chunk(model: str, delta: dict, finish=None, **extra) -> bytes:
+    chunk = {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": model,
+             "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}], **extra}  # fmt: skip
+    return b"data: " + json.dumps(chunk, ensure_ascii=False).encode() + b"\n\n"
+
+
+def pieces_of(text: str, seed: int) -> list[str]:
+    rng, out, at = random.Random(seed), [], 0
+    while at < len(text):
+        size = rng.randint(1, 4)
+        out.append(text[at : at + size])
+        at += size
+    return out
+
+
+KIMI_TEXT = (
+    "Let me look. <|tool_calls_section_begin|> <|tool_call_begin|> functions.bash:0 <|tool_call_argument_begin|> "
+    '{"command": "grep -n \\"a<b\\" é\u3000x  y\\n"} <|tool_call_end|> <|tool_call_begin|> functions.bash:1 '
+    '<|tool_call_argument_begin|> {"command": "ls  -la <x>"} <|tool_call_end|> <|tool_calls_section_end|> Done, it is there.'
+)
+PLAIN_TEXT = 'Plain prose, with "quotes", a [bracket] and a tab\tand more words. ' * 3
+HERMES_TEXT = 'Checking.\n<tool_call>\n{"name": "bash", "arguments": {"command": "cat a<b \\u003c é"}}\n</tool_call>\nAnd now prose after it, plain.'
+
+
+def lane_streams() -> list[tuple[str, str, RequestContext, bytes]]:
+    """(name, api, context, body): streams whose events mostly take a lane."""
+    from anthropic_stream import block_events, stream
+    from responses import number_events, responses_events, responses_sse
+
+    streams = []
+    for name, model, text, fields in (
+        ("kimi in content", "moonshotai/Kimi-K2.5", KIMI_TEXT, ("content",)),
+        ("kimi in mirrored reasoning", "moonshotai/Kimi-K2.5", KIMI_TEXT, ("reasoning", "reasoning_content")),
+        ("hermes in content", "Qwen/Qwen2.5-72B-Instruct", HERMES_TEXT, ("content",)),
+        ("plain", "some-model", PLAIN_TEXT, ("content",)),
+    ):
+        context = RequestContext.from_body(json.dumps({"model": model, "tools": [BASH_CHAT], "stream": True}).encode())
+        events = [chat_chunk(model, {"role": "assistant", "content": ""})]
+        events += [chat_chunk(model, {key: piece for key in fields}) for piece in pieces_of(text, 1)]
+        events.append(chat_chunk(model, {}, "stop", usage=None))
+        events.append(b"data: [DONE]\n\n")
+        streams.append((name, CHAT, context, b"".join(events)))
+    bash = {"type": "function", "name": "bash", "parameters": BASH_CHAT["function"]["parameters"]}
+    for name, model, text in (
+        ("responses: kimi", "moonshotai/Kimi-K2.5", KIMI_TEXT),
+        ("responses: hermes", "Qwen/Qwen2.5-72B-Instruct", HERMES_TEXT),
+        ("responses: plain", "some-model", PLAIN_TEXT),
+    ):
+        context = RequestContext.from_body(json.dumps({"model": model, "input": "hi", "tools": [bash], "stream": True}).encode())
+        body = responses_sse(number_events(responses_events(model, pieces_of(text, 2), tools=[bash])))
+        streams.append((name, RESPONSES, context, body))
+    for name, model, kind, text in (
+        ("messages: kimi in thinking", "moonshotai/Kimi-K2.5", "thinking", KIMI_TEXT),
+        ("messages: hermes in text", "Qwen/Qwen2.5-72B-Instruct", "text", HERMES_TEXT),
+        ("messages: plain", "some-model", "text", PLAIN_TEXT),
+    ):
+        context = RequestContext.from_request({"model": model, "tools": [{"name": "bash", "input_schema": BASH_CHAT["function"]["parameters"]}]})
+        streams.append((name, MESSAGES, context, stream(model, block_events(0, kind, pieces_of(text, 3)))))
+    return streams
+
+
+STRING_BODY = re.compile(rb'"(?:content|reasoning|reasoning_content|delta|text|thinking)":"((?:[^"\\]|\\.)*)"')
+
+
+def cut_points(event: bytes, every: bool) -> list[int]:
+    """Where to cut an event: every byte from three before its text's string to three after,
+    its first and last bytes (the blank line), and (`every`) every 17th byte of the rest."""
+    points = {1, 2, len(event) - 2, len(event) - 1}
+    found = STRING_BODY.search(event)
+    if found is not None:
+        points |= set(range(found.start(1) - 3, found.end(1) + 4))
+    if every:
+        points |= set(range(3, len(event), 17))
+    return sorted(at for at in points if 0 < at < len(event))
+
+
+@pytest.mark.parametrize(("name", "api", "context", "body"), lane_streams(), ids=lambda v: v if isinstance(v, str) else "")
+def test_every_split_through_the_lanes(name, api, context, body, monkeypatch):
+    """One event a read, but one event cut in two, at each byte in turn: the lanes meet reads
+    that hold part of an event, then whole events. Every byte around each event's text is a cut
+    (the lanes read that string alone), the rest of every fourth event every few bytes (it is
+    the same JSON in every event)."""
+    reference, _ = rewrite(api, context, [body], False, monkeypatch)
+    events = by_event(body)
+    for i, event in enumerate(events):
+        for at in cut_points(event, i % 4 == 0):
+            pieces = [*events[:i], event[:at], event[at:], *events[i + 1 :]]
+            on, _ = rewrite(api, context, pieces, True, monkeypatch)
+            assert on == reference, (name, i, at)
+
+
+def test_the_lanes_are_taken(monkeypatch):
+    """The lanes fire on the streams made for them (equal bytes alone would not tell): most
+    events are not parsed at all."""
+    from toolshim import chat, sse
+
+    parsed = {"events": 0}
+
+    def counting(original):
+        def parse_block(raw):
+            parsed["events"] += 1
+            return original(raw)
+
+        return parse_block
+
+    monkeypatch.setattr(chat, "parse_block", counting(chat.parse_block))
+    monkeypatch.setattr(sse, "parse_block", counting(sse.parse_block))
+    for name, api, context, body in lane_streams():
+        parsed["events"] = 0
+        events = by_event(body)
+        rewrite(api, context, events, True, monkeypatch)
+        assert parsed["events"] < len(events) / 2, (name, parsed, len(events))
