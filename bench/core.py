@@ -9,8 +9,9 @@ least disturbed by the machine).
 Scaling: time per byte of one tool call whose arguments grow from 1 KB to 1 MB, 1-4 characters
 per event (Kimi, which streams arguments live, and Hermes, which holds the block until it
 closes), of a text stream with a `<` every few characters (each may start a marker, the worst
-case for hold-back), and of a Responses text (whose parts' text is kept for the `.done`
-events). Linear means the time per byte at 1 MB is at most 1.3x that at 1 KB.
+case for hold-back), of a Responses text (whose parts' text is kept for the `.done` events) and
+of a Kimi call's arguments on the Responses API (kept for the call's `.done` events). Linear
+means the time per byte at 1 MB is at most 1.3x that at 1 KB.
 """
 
 from __future__ import annotations
@@ -167,6 +168,7 @@ def scaling(quick: bool) -> list[Row]:
         ("Hermes <tool_call> arguments", _sentinel_call, chat_rewriter(QWEN_MODEL)),
         ("text with a '<' every few characters", _angle_text, chat_rewriter(QWEN_MODEL)),
         ("Responses API text (each part's text is kept for its .done events)", _responses_text, responses_rewriter(QWEN_MODEL)),
+        ("Responses API, Kimi call arguments (kept for the call's .done events)", _responses_kimi_call, responses_rewriter(KIMI_MODEL)),
     ):
         per_byte = {}
         for size in (small, large):
@@ -210,6 +212,14 @@ def _angle_text(size: int) -> list[bytes]:
     rng = random.Random(6)
     text = "".join(rng.choice(("a < b ", "x<y ", "if i <n ", "<3 ", "<< ")) for _ in range(size // 5))[:size]
     return chat_events(QWEN_MODEL, tokens(text, rng))
+
+
+def _responses_kimi_call(size: int) -> list[bytes]:
+    rng = random.Random(8)
+    pieces = ["Running it.", "<|tool_calls_section_begin|>", "<|tool_call_begin|>", "functions.bash:0", "<|tool_call_argument_begin|>"]
+    pieces += tokens(_arguments(size), rng)
+    pieces += ["<|tool_call_end|>", "<|tool_calls_section_end|>"]
+    return responses_events(pieces, model=KIMI_MODEL)
 
 
 def _responses_text(size: int) -> list[bytes]:

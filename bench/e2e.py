@@ -9,15 +9,21 @@ one HTTP chunk; a stream's events go out on a fixed grid (event n at first + n *
 streams' phases spread over the interval), so that streams never bunch up behind a late timer
 and the load stays smooth. The client is a raw socket that reads and keeps every byte.
 
-Streams: Chat Completions with `bash` declared, one event per token-sized delta. Plain prose for
-an unknown model (no markup: the fast path); Kimi-K2.5 with tool-call sections in mirrored
+Streams: `bash` declared, one event per token-sized delta. Chat Completions: plain prose for an
+unknown model (no markup: the fast path); Kimi-K2.5 with tool-call sections in mirrored
 `reasoning`/`reasoning_content` (as `tests/kimi.py` builds them: markers whole, everything else in
 1-4 character deltas); Qwen2.5 with `<tool_call>{...}</tool_call>` blocks in `content`, the tags
-too in 1-4 character deltas (`bench/streams.py`).
+too in 1-4 character deltas; Qwen3-Coder with `<tool_call><function=bash><parameter=command>`
+blocks (the wrapper tags whole, the rest in 1-4 character deltas). The Responses API: Qwen2.5's
+`<tool_call>` blocks in a message's `output_text`. The Messages API: plain text, and Kimi calls in
+a thinking block (`bench/streams.py`, `bench/messages.py`).
 
-CPU. 40 streams at once per proxy, an event every 16 ms on each (2,500 events/s, 60 tokens/s a
-stream), so that every event reaches mitmdump in a network read of its own, as from a real
-model: the passthrough clients count the HTTP chunks they get (one per read with
+CPU. 40 streams at once per proxy, 2,500 events/s per proxy (60 tokens/s a stream), written two
+ways. Paced: an event every 16 ms on each stream, so that every event reaches mitmdump in a
+network read of its own, as from a real model. In bursts: 8 events written back to back every
+128 ms, in one HTTP chunk (mitmproxy hands the stream callable one chunk a call, so 8 chunks
+written at once are still 8 reads), as a fast model or a busy proxy delivers them: a read holds
+several events. The passthrough clients count the HTTP chunks they get (one per read with
 `stream = True`) and the table reports reads per event. The same load goes through the proxies
 at the same time, so that whatever else the machine does weighs on each alike. mitmdump's
 user+sys CPU (/proc/PID/stat) is sampled before the first request and after the last answer of a
@@ -26,7 +32,7 @@ parsing, the `response` hook) is included, spread over the stream's events. Figu
 over the runs, a ratio the median of the per-run ratios (their range beside it). A third proxy,
 the baseline script with an identity stream callable, gives mitmproxy's own cost of calling a
 stream function (plain text). Every addon answer is checked: plain bodies byte for byte, every
-tool call of the Kimi and `<tool_call>` streams present in the client's SSE, no markup left.
+tool call of the other streams present in the client's SSE, no markup left.
 
 Latency. Streams whose deltas carry a sequence tag (`q0001234!`): in `content` for plain prose,
 which passes untouched, and in the arguments of one long Kimi call, which stream live through the
@@ -49,7 +55,7 @@ text (what the rewriter releases if the stream ends there): the target applies t
 largest allocation sites of that state are named. (b) For context: the RSS of each mitmdump
 (fresh, a few streams in) before and while 200 Kimi streams are held open mid-call, per stream.
 
-Run alone: `.venv/bin/python bench/e2e.py [--quick]` (full: about 3 minutes; quick: under one).
+Run alone: `.venv/bin/python bench/e2e.py [--quick]` (full: about 8 minutes; quick: about two).
 """
 
 from __future__ import annotations
@@ -84,7 +90,21 @@ if str(ROOT) not in sys.path:
 
 from messages import BASH as MESSAGES_BASH  # noqa: E402
 from messages import messages_events  # noqa: E402
-from streams import KIMI_MODEL, PLAIN_MODEL, QWEN_MODEL, kimi_pieces, plain_pieces, prose, request_body, sentinel_pieces, tokens  # noqa: E402
+from streams import (  # noqa: E402
+    KIMI_MODEL,
+    PLAIN_MODEL,
+    QWEN_CODER_MODEL,
+    QWEN_MODEL,
+    kimi_pieces,
+    plain_pieces,
+    prose,
+    request_body,
+    responses_events,
+    responses_request,
+    sentinel_pieces,
+    tokens,
+    xml_pieces,
+)
 from table import Row  # noqa: E402
 
 SECTION = "end to end"
@@ -125,6 +145,9 @@ def _usage(model: str, usage: dict[str, int]) -> bytes:
     return b"data: " + orjson.dumps(obj) + b"\n\n"
 
 
+CHAT, RESPONSES, MESSAGES = "chat", "responses", "messages"
+
+
 @dataclass(frozen=True)
 class Kind:
     name: str
@@ -132,7 +155,7 @@ class Kind:
     fields: tuple[str, ...]  # Chat: the delta fields each piece goes to; Messages: the block kind
     pieces: Callable[[int, int], list[str]]  # (events, seed) -> deltas
     calls: Callable[[list[str]], int]  # the tool calls those deltas hold
-    messages: bool = False  # the Anthropic Messages API, not Chat Completions
+    api: str = CHAT
 
     @property
     def plain(self) -> bool:
@@ -141,16 +164,28 @@ class Kind:
 
     def stream(self, events: int, seed: int) -> tuple[list[bytes], int]:
         pieces = self.pieces(events, seed)
-        if self.messages:
+        if self.api == MESSAGES:
             return messages_events(self.model, self.fields[0], pieces), self.calls(pieces)
+        if self.api == RESPONSES:
+            return responses_events(pieces, self.model), self.calls(pieces)
         return chat_stream(self.model, pieces, self.fields), self.calls(pieces)
 
     def request_body(self) -> bytes:
-        if not self.messages:
+        if self.api == RESPONSES:
+            body = responses_request(self.model)
+            BODY_PATHS[body] = "/v1/responses"
+            return body
+        if self.api != MESSAGES:
             return request_body(self.model)
         body = orjson.dumps({"model": self.model, "max_tokens": 4096, "stream": True, "tools": [MESSAGES_BASH], "messages": [{"role": "user", "content": "hi"}]})
         BODY_PATHS[body] = "/v1/messages"
         return body
+
+    def complete(self, body: bytes) -> bool:
+        """Does an answer end as a whole stream does (its last event)?"""
+        if self.api == RESPONSES:
+            return body[body.rfind(b"\n\n", 0, len(body) - 2) + 2 :].startswith(b"event: response.completed\n")
+        return body.endswith(b'data: {"type":"message_stop"}\n\n' if self.api == MESSAGES else b"data: [DONE]\n\n")
 
 
 def _NO_CALLS(pieces: list[str]) -> int:
@@ -168,12 +203,20 @@ KIMI = Kind(
 SENTINEL = Kind(
     "<tool_call> blocks", QWEN_MODEL, ("content",), lambda n, seed: sentinel_pieces(n, seed), lambda p: "".join(p).count("<tool_call>")
 )
-MESSAGES_PLAIN = Kind("Messages API, plain text", PLAIN_MODEL, ("text",), lambda n, seed: plain_pieces(n, seed), _NO_CALLS, messages=True)
+XML = Kind(
+    "Qwen3-Coder XML <function=> blocks", QWEN_CODER_MODEL, ("content",), lambda n, seed: xml_pieces(n, seed),
+    lambda p: "".join(p).count("<function="),
+)  # fmt: skip
+RESPONSES_SENTINEL = Kind(
+    "Responses API, <tool_call> blocks", QWEN_MODEL, ("output_text",), lambda n, seed: sentinel_pieces(n, seed),
+    lambda p: "".join(p).count("<tool_call>"), api=RESPONSES,
+)  # fmt: skip
+MESSAGES_PLAIN = Kind("Messages API, plain text", PLAIN_MODEL, ("text",), lambda n, seed: plain_pieces(n, seed), _NO_CALLS, api=MESSAGES)
 MESSAGES_KIMI = Kind(
     "Messages API, Kimi calls in thinking", KIMI_MODEL, ("thinking",), lambda n, seed: kimi_pieces(n, seed),
-    lambda p: 2 * p.count("<|tool_calls_section_begin|>"), messages=True,
+    lambda p: 2 * p.count("<|tool_calls_section_begin|>"), api=MESSAGES,
 )  # fmt: skip
-KINDS = (PLAIN, KIMI, SENTINEL, MESSAGES_PLAIN, MESSAGES_KIMI)
+KINDS = (PLAIN, KIMI, SENTINEL, XML, RESPONSES_SENTINEL, MESSAGES_PLAIN, MESSAGES_KIMI)
 
 
 # -- the upstream: raw HTTP/1.1, one event per write --------------------------------------------
@@ -192,9 +235,12 @@ class Plan:
     tags: list[int | None] | None = None  # per event: the sequence tag whose send time is kept
     hold_at: int | None = None  # stop before this event until released
     phase: float | None = None  # where in the interval the stream writes (None: at random)
+    burst: int = 1  # events per write, back to back in one HTTP chunk (mitmproxy hands the stream one chunk a call)
     writes: list[bytes] = field(init=False)
 
     def __post_init__(self) -> None:
+        if self.burst > 1:  # the writes are the plan's steps: a burst is one
+            self.events = [b"".join(self.events[at : at + self.burst]) for at in range(0, len(self.events), self.burst)]
         self.writes = [b"%x\r\n%s\r\n" % (len(e), e) for e in self.events] + [b"0\r\n\r\n"]
 
 
@@ -394,6 +440,8 @@ def tool_calls(body: bytes) -> int:
     for line in body.split(b"\n"):
         if line.startswith(b"data: {") and b'"content_block_start"' in line:  # Anthropic
             calls += orjson.loads(line[6:])["content_block"].get("type") == "tool_use"
+        elif line.startswith(b"data: {") and b'"response.output_item.added"' in line:  # Responses
+            calls += orjson.loads(line[6:])["item"].get("type") == "function_call"
         elif line.startswith(b"data: {"):
             for choice in orjson.loads(line[6:]).get("choices") or ():
                 calls += sum(1 for call in (choice.get("delta") or {}).get("tool_calls") or () if call.get("id"))
@@ -548,12 +596,13 @@ class Load:
     body: dict[str, bytes]  # plan -> the upstream body
 
 
-def make_load(rig: Rig, kind: Kind, streams: int, per_stream: int, interval: float, templates: int = 8) -> Load:
-    """`streams` streams of about `per_stream` events (whole tool calls), from a few templates."""
+def make_load(rig: Rig, kind: Kind, streams: int, per_stream: int, interval: float, templates: int = 8, burst: int = 1) -> Load:
+    """`streams` streams of about `per_stream` events (whole tool calls), from a few templates;
+    `burst` events written at once, every `burst` intervals."""
     plans = []
     for seed in range(templates):
         events, calls = kind.stream(per_stream, seed + 11)
-        plans.append((rig.plan(Plan(events, interval)), events, calls))
+        plans.append((rig.plan(Plan(events, interval * burst, burst=burst)), events, calls))
     body = kind.request_body()
     chosen = [plans[n % templates] for n in range(streams)]
     return Load(
@@ -574,33 +623,41 @@ def check(answers: list[Answer], load: Load, rewrites: bool, kind: Kind) -> int:
             assert answer.body == load.body[plan_id], f"{kind.name}: the body changed"
         else:
             assert not any(m in answer.body for m in MARKUP), f"{kind.name}: markup reached the client"
-            end = b'data: {"type":"message_stop"}\n\n' if kind.messages else b"data: [DONE]\n\n"
-            assert answer.body.endswith(end), f"{kind.name}: the body is cut short"
+            assert kind.complete(answer.body), f"{kind.name}: the body is cut short"
             calls += tool_calls(answer.body)
     if rewrites and not kind.plain:
         assert calls == load.calls, f"{kind.name}: the client got {calls} tool calls of {load.calls}"
     return calls
 
 
+# How the upstream writes: one event per write on a 16 ms grid ("paced", a model's pace: every
+# event reaches mitmdump in a read of its own), or BURST events back to back in one write every
+# BURST grid steps ("in bursts", as a fast model or a busy proxy delivers them: a read holds
+# several events). The same events per second either way.
+BURST = 8
+MODES = (("paced", 1), ("in bursts", BURST))
+
+
 def cpu_rows(rig: Rig, baseline: Mitmdump, addon: Mitmdump, identity: Mitmdump, quick: bool) -> list[Row]:
     """Each run sends the same load through the proxies at the same time (so that whatever else
     the machine does weighs on both alike), and samples their CPU before and after."""
-    streams, interval = 40, 0.016  # 2,500 events/s per proxy, one per read
+    streams, interval = 40, 0.016  # 2,500 events/s per proxy
     per_stream = 150 if quick else 200
     repeats = 1 if quick else 5
-    loads = {kind: make_load(rig, kind, streams, per_stream, interval) for kind in KINDS}
+    runs = [(kind, mode, burst) for kind in KINDS for mode, burst in MODES]
+    loads = {(kind, mode): make_load(rig, kind, streams, per_stream, interval, burst=burst) for kind, mode, burst in runs}
     timeout = per_stream * 2 * interval * 10 + 30
     for kind in KINDS:  # warm up: imports, caches, the first flows
-        warm = Load(loads[kind].jobs[:4], 0, 0, loads[kind].body)
+        warm = Load(loads[(kind, "paced")].jobs[:4], 0, 0, loads[(kind, "paced")].body)
         rig.fetch_many([(proxy, warm.jobs) for proxy in (baseline, addon, identity)], 4, timeout)
-    per10k: dict[tuple[Kind, str], list[float]] = {}
-    reads: list[float] = []
+    per10k: dict[tuple[Kind, str, str], list[float]] = {}
+    reads: dict[str, list[float]] = {mode: [] for mode, _ in MODES}
     calls = 0
     order = random.Random(7)
     load_before = load_average()
     for _ in range(repeats):
-        for kind in KINDS:
-            load = loads[kind]
+        for kind, mode, _burst in runs:
+            load = loads[(kind, mode)]
             proxies = (baseline, addon, identity) if kind is PLAIN else (baseline, addon)  # (the identity row is Chat's)
             time.sleep(0.2)  # the previous run's connections are closed
             proxies = order.sample(proxies, len(proxies))  # who connects first changes from run to run
@@ -610,31 +667,33 @@ def cpu_rows(rig: Rig, baseline: Mitmdump, addon: Mitmdump, identity: Mitmdump, 
             after = [proxy.cpu() for proxy in proxies]
             for proxy, cpu0, cpu1, got in zip(proxies, before, after, answers):
                 calls += check(got, load, proxy is addon, kind)
-                per10k.setdefault((kind, proxy.name), []).append((cpu1 - cpu0) / load.events * 10_000)
+                per10k.setdefault((kind, mode, proxy.name), []).append((cpu1 - cpu0) / load.events * 10_000)
                 if proxy is not addon or kind.plain:  # one chunk per read (the addon's fast path too)
-                    reads.append(sum(a.chunks for a in got) / load.events)
+                    reads[mode].append(sum(a.chunks for a in got) / load.events)
     rows = []
-    for kind in KINDS:
-        base, mine = per10k[(kind, baseline.name)], per10k[(kind, addon.name)]
+    for kind, mode, _burst in runs:
+        base, mine = per10k[(kind, mode, baseline.name)], per10k[(kind, mode, addon.name)]
         ratios = [m / b for m, b in zip(mine, base)]
         ratio = median(ratios)
         target = 1.10 if kind.plain else 1.25
         rows.append(Row(
-            SECTION, f"CPU of mitmdump per 10k events, {kind.name}: addon vs baseline (`stream = True`)",
+            SECTION, f"CPU of mitmdump per 10k events, {kind.name}, {mode}: addon vs baseline (`stream = True`)",
             f"{median(mine):.3f} s vs {median(base):.3f} s = {ratio:.3f}x{_spread(ratios)}",
             f"<= {target:.2f}x", ratio <= target,
         ))  # fmt: skip
-    base, ident = per10k[(PLAIN, baseline.name)], per10k[(PLAIN, identity.name)]
-    ratios = [i / b for i, b in zip(ident, base)]
-    rows.append(Row(
-        SECTION, "CPU per 10k events, plain text: an identity stream callable vs `stream = True` (mitmproxy's own cost)",
-        f"{median(ident):.3f} s vs {median(base):.3f} s = {median(ratios):.2f}x{_spread(ratios)}",
-    ))  # fmt: skip
+    for mode, _burst in MODES:
+        base, ident = per10k[(PLAIN, mode, baseline.name)], per10k[(PLAIN, mode, identity.name)]
+        ratios = [i / b for i, b in zip(ident, base)]
+        rows.append(Row(
+            SECTION, f"CPU per 10k events, plain text, {mode}: an identity stream callable vs `stream = True` (mitmproxy's own cost)",
+            f"{median(ident):.3f} s vs {median(base):.3f} s = {median(ratios):.2f}x{_spread(ratios)}",
+        ))  # fmt: skip
     rows.append(Row(
         SECTION, "CPU runs: the load; network reads per upstream event; what the addon's clients got",
-        f"{streams} streams of ~{per_stream} events per proxy at once, an event every {interval * 1000:g} ms per stream, "
-        f"{repeats} run(s) per kind; {min(reads):.3f}..{max(reads):.3f} reads per event; "
-        f"plain bodies byte for byte, {calls:,} tool calls, no markup; "
+        f"{streams} streams of ~{per_stream} events per proxy at once, {streams / interval:,.0f} events/s per proxy: "
+        f"paced, an event every {interval * 1000:g} ms per stream, {min(reads['paced']):.3f}..{max(reads['paced']):.3f} reads per event; "
+        f"in bursts of {BURST} events every {interval * BURST * 1000:g} ms, {min(reads['in bursts']):.3f}..{max(reads['in bursts']):.3f} reads per event; "
+        f"{repeats} run(s) per kind and mode; plain bodies byte for byte, {calls:,} tool calls, no markup; "
         f"the machine's load average {load_before} before, {load_average()} after (2 cores)",
     ))  # fmt: skip
     return rows

@@ -10,6 +10,7 @@ import orjson
 
 KIMI_MODEL = "moonshotai/Kimi-K2.5"
 QWEN_MODEL = "Qwen/Qwen2.5-72B-Instruct"
+QWEN_CODER_MODEL = "Qwen/Qwen3-Coder-480B-A35B-Instruct"
 PLAIN_MODEL = "gpt-4o-compatible"
 BASH_TOOL = {
     "type": "function",
@@ -94,6 +95,27 @@ def sentinel_pieces(count: int, seed: int = 3, args_chars: int = 120) -> list[st
         block = {"name": "bash", "arguments": {"command": prose(rng, args_chars // 6)[:args_chars]}}
         out += tokens("<tool_call>\n" + orjson.dumps(block).decode() + "\n</tool_call>\n", rng)
     return out  # whole blocks: a few pieces more than `count`
+
+
+def xml_pieces(count: int, seed: int = 4, args_chars: int = 120) -> list[str]:
+    """A Qwen3-Coder answer: prose and `<tool_call><function=…><parameter=…>` blocks, the
+    wrapper tags whole (single tokens in Qwen3-Coder's vocabulary), everything else in 1-4
+    character tokens."""
+    rng = random.Random(seed)
+    out: list[str] = []
+    while len(out) < count:
+        out += tokens(prose(rng, 8) + "\n", rng)
+        out.append("<tool_call>")
+        out += tokens(f"\n<function=bash>\n<parameter=command>\n{prose(rng, args_chars // 6)[:args_chars]}\n</parameter>\n</function>\n", rng)
+        out.append("</tool_call>")
+        out.append("\n")
+    return out  # whole blocks: a few pieces more than `count`
+
+
+def responses_request(model: str) -> bytes:
+    """A Responses API request declaring `bash` (the Responses shape of a tool)."""
+    tool = {"type": "function", "name": "bash", "parameters": BASH_TOOL["function"]["parameters"]}
+    return orjson.dumps({"model": model, "input": "hi", "tools": [tool], "stream": True})
 
 
 def responses_events(pieces: list[str], model: str = QWEN_MODEL) -> list[bytes]:
