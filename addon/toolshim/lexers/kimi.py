@@ -28,19 +28,8 @@ import orjson
 
 from ..calls import UNKNOWN_NAME, CallScope
 from ..tools import TOOL_NAME
-from .base import (
-    CallArgs,
-    CallBegin,
-    CallEnd,
-    Marker,
-    ReasoningEnd,
-    Reporting,
-    Segment,
-    Text,
-    excerpt,
-    find_marker,
-    is_marker_fragment,
-)
+from .base import CallArgs, CallBegin, CallEnd, Marker, ReasoningEnd, Segment, Text, excerpt, find_marker, is_marker_fragment
+from .tokens import DROP, HOLD, KEEP, TEXT, TokenLexer
 
 SECTION_BEGIN, SECTION_END = "section_begin", "section_end"
 CALL_BEGIN, ARGUMENT_BEGIN, CALL_END = "call_begin", "argument_begin", "call_end"
@@ -60,8 +49,7 @@ _KIMI_MARKERS = (
 )
 _THINK_END = Marker("</think>", THINK_END)
 
-TEXT, SECTION, HEADER, ARGS, INFER, VISIBLE = "text", "section", "header", "args", "infer", "visible"
-KEEP, HOLD, DROP = "keep", "hold", "drop"  # what happens to whitespace after markup
+SECTION, HEADER, ARGS, INFER, VISIBLE = "section", "header", "args", "infer", "visible"
 
 MAX_HEADER = 256  # a call header longer than this is not a header: release it as text
 
@@ -151,22 +139,19 @@ class KimiCallNamer:
         return self.scope.claim_id(call_id)
 
 
-class KimiLexer(Reporting):
-    """Incremental lexer for one channel of one choice (see the module docstring)."""
+class KimiLexer(TokenLexer):
+    """Incremental lexer for one channel of one choice (see the module docstring). Whitespace
+    right after markup: HOLD it until prose follows (it separates the prose from the text before
+    the markup) or DROP it (after `</think>`). The unread text is at most a possible marker, or
+    whitespace that may end the arguments or pad the next marker."""
 
     def __init__(self, namer: KimiCallNamer, *, reasoning: bool = False, max_held: int = 1 << 20) -> None:
+        super().__init__(namer.scope, max_held=max_held)
         self._namer = namer
         self._reasoning = reasoning
-        self._max_held = max_held
-        self._state = TEXT
-        self._buf = ""  # unread text: at most a possible marker, or whitespace ending the arguments
-        # Whitespace right after markup: HOLD it until prose follows (then it separates the
-        # prose from the text before the markup) or DROP it (after `</think>`).
-        self._leading_ws = KEEP
+        self._reset_tokens()
         self._seen_section = False
         self._header = ""
-        self._raw_call: list[str] = []  # the markup of the current call, in case it stays text
-        self._args_sent = False
         self._held_args: list[str] = []  # INFER: arguments kept until the name is known
         self._held_size = 0
 
@@ -178,7 +163,7 @@ class KimiLexer(Reporting):
             return [CallArgs(text)]
         self._buf += text
         out = self._run(final=False)
-        idle = self._state == TEXT and not self._buf and self._leading_ws == KEEP
+        idle = self._state == TEXT and not self._buf and self._lead == KEEP  # `_ws` is unused
         if idle != self.idle:
             self._report(idle)
         return out
@@ -194,9 +179,7 @@ class KimiLexer(Reporting):
             self._release_call_as_text(out)
         elif self._state in (ARGS, INFER):
             self._close_call(out, closing_marker="")
-        idle = self._state == TEXT and not self._buf and self._leading_ws == KEEP
-        if idle != self.idle:
-            self._report(idle)
+        self._report_idle()
         return out
 
     # -- scanning ------------------------------------------------------------------------------
@@ -214,7 +197,7 @@ class KimiLexer(Reporting):
             complete = match is not None and match.marker is not None
             end = len(buf) if match is None else match.pos
             maybe_marker = match is not None and self._state == TEXT  # a marker may begin at `end`
-            if not complete and not final and (self._state == ARGS or self._leading_ws == HOLD or maybe_marker):
+            if not complete and not final and (self._state == ARGS or self._lead == HOLD or maybe_marker):
                 # Whitespace at the end may be padding before the next marker: leave it unread
                 # until something else arrives (bounded, so a flood of spaces still flows).
                 # Also in front of a possible marker's beginning, as the other dialects do: sent
@@ -245,13 +228,13 @@ class KimiLexer(Reporting):
             # Inside a section only the whitespace right after a marker is padding (DROP is set
             # on entering it): lstripping every piece would lose the spaces between words that
             # arrive as tokens of their own (" world"), and only when split (found by fuzzing).
-            if self._leading_ws == DROP:
+            if self._lead == DROP:
                 text = text.lstrip()
-            elif self._leading_ws == HOLD and text.isspace():
+            elif self._lead == HOLD and text.isspace():
                 return  # whitespace-only between markup and markup or the end: padding
             if not text:
                 return
-            self._leading_ws = KEEP
+            self._lead = KEEP
             out.append(Text(text))
         elif state == ARGS:
             if not self._args_sent:
@@ -263,12 +246,12 @@ class KimiLexer(Reporting):
                 self._args_sent = True
         elif state == HEADER:
             self._header += text
-            self._raw_call.append(text)
+            self._raw.append(text)
             if len(self._header) > MAX_HEADER:
                 self._release_call_as_text(out)
         elif state == INFER:
             self._held_args.append(text)
-            self._raw_call.append(text)
+            self._raw.append(text)
             self._held_size += len(text)
             if self._held_size > self._max_held:
                 self._release_call_as_text(out)
@@ -285,7 +268,7 @@ class KimiLexer(Reporting):
                 out.pop()  # a new call gets its own chance
         elif state in (HEADER, ARGS, INFER):
             if kind == ARGUMENT_BEGIN and state == HEADER:
-                self._raw_call.append(marker.text)
+                self._raw.append(marker.text)
                 self._open_call(out)
                 return
             if kind not in (CALL_BEGIN, CALL_END, SECTION_END):
@@ -297,27 +280,27 @@ class KimiLexer(Reporting):
         elif kind == THINK_END:
             out.append(ReasoningEnd())
             self._state = TEXT
-            self._leading_ws = DROP
+            self._lead = DROP
             return
         elif kind == SECTION_BEGIN:
             self._seen_section = True
             self._state = SECTION
-            self._leading_ws = DROP
+            self._lead = DROP
             return
 
         if kind == CALL_BEGIN:
             self._seen_section = True
             self._state = HEADER
             self._header = ""
-            self._raw_call = [marker.text]
+            self._raw = [marker.text]
         elif kind == SECTION_END:
             self._state = TEXT
-            self._leading_ws = HOLD
+            self._lead = HOLD
         elif kind == CALL_END and state not in (TEXT, SECTION):
             self._state = SECTION
-            self._leading_ws = DROP
+            self._lead = DROP
         elif state == TEXT:
-            self._leading_ws = HOLD  # a stray marker: dropped with its padding
+            self._lead = HOLD  # a stray marker: dropped with its padding
 
     def _open_call(self, out: list[Segment]) -> None:
         name = self._namer.name_for(self._header)
@@ -338,16 +321,14 @@ class KimiLexer(Reporting):
 
     def _close_call(self, out: list[Segment], closing_marker: str) -> None:
         if self._state == ARGS:
-            if not self._args_sent:
-                out.append(CallArgs("{}"))
-            out.append(CallEnd())
+            self._close_args(out)
         elif self._state == INFER:
             arguments = "".join(self._held_args).strip()
             name = self._namer.name_from_arguments(arguments)
             if name is None:
                 self._namer.scope.note(UNKNOWN_NAME, f"{excerpt(self._header)}: its arguments fit no declared tool")
             if name is None or not self._namer.scope.admit(name):
-                out.append(Text("".join(self._raw_call) + closing_marker))
+                out.append(Text("".join(self._raw) + closing_marker))
             else:
                 out.append(CallBegin(self._namer.id_for(self._header, name), name))
                 out.append(CallArgs(arguments or "{}"))
@@ -355,17 +336,17 @@ class KimiLexer(Reporting):
         elif self._state == VISIBLE and closing_marker:
             out.append(Text(closing_marker))
         self._state = SECTION
-        self._leading_ws = DROP
+        self._lead = DROP
         self._header = ""
-        self._raw_call = []
+        self._raw = []
         self._held_args = []
         self._held_size = 0
 
     def _release_call_as_text(self, out: list[Segment]) -> None:
         """The current call cannot become a call: its markup is shown as text, nothing lost."""
-        out.append(Text("".join(self._raw_call)))
+        out.append(Text("".join(self._raw)))
         self._state = VISIBLE
         self._header = ""
-        self._raw_call = []
+        self._raw = []
         self._held_args = []
         self._held_size = 0

@@ -67,7 +67,9 @@ class TokenLexer(Reporting):
     def feed(self, text: str) -> list[Segment]:
         self._buf += text
         out = self._run(final=False)
-        self._report_idle()
+        idle = self._state == TEXT and not self._buf and not self._ws and self._lead == KEEP  # `_idle_now`, inline
+        if idle != self.idle:
+            self._report(idle)
         return out
 
     def _run(self, final: bool) -> list[Segment]:
