@@ -482,9 +482,24 @@ def test_python_tag_calls_separated_by_semicolons_and_end_tokens():
 def test_python_tag_prose_after_a_call_gets_its_separator_back():
     text = '<|python_tag|>{"name": "add", "parameters": {}}; would you like more?'
     assert every_split(llama, text) == call("add", "{}") + [Text("; would you like more?")]
-    # without `;` a second object is not a call
-    text = '<|python_tag|>{"name": "add", "parameters": {}} {"name": "add", "parameters": {}}'
-    assert llama(text) == call("add", "{}") + [Text(' {"name": "add", "parameters": {}}')]
+    # a second object that is no call after the separator is text, separator and all
+    text = '<|python_tag|>{"name": "add", "parameters": {}};\n{"city": "Oslo"} is the shape'
+    assert every_split(llama, text) == call("add", "{}") + [Text(';\n{"city": "Oslo"} is the shape')]
+
+
+@pytest.mark.parametrize("separator", ["; ", ";", "\n", " ", "\n\n", "\t", " ;\n", ""])
+def test_python_tag_calls_separated_by_any_whitespace_or_semicolons(separator):
+    # Llama 3.1's template writes `; ` between calls; models also write a newline, spaces or
+    # nothing: vLLM PR #49923 (llama3_json) skips any run of `; \t\n` between the objects.
+    text = '<|python_tag|>{"name": "add", "parameters": {"a": 1}}' + separator + '{"name": "toolName", "parameters": {}}<|eom_id|>'
+    assert every_split(llama, text) == call("add", '{"a": 1}') + call("toolName", "{}")
+
+
+def test_bare_json_calls_at_the_start_separated_by_newlines():
+    # Llama 3.x without `<|python_tag|>` (its template's default), one object per line
+    text = '{"name": "add", "parameters": {"a": 1}}\n{"name": "toolName", "parameters": {}}\nDone.'
+    expected = call("add", '{"a": 1}') + call("toolName", "{}") + [Text("\nDone.")]
+    assert every_split(lambda t, **kw: llama(t, bare_json=True, **kw), text) == expected
 
 
 def test_python_tag_undeclared_and_strict():

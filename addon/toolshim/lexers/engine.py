@@ -133,7 +133,7 @@ class NamedCalls:
 class LlamaCalls:
     """Three spellings, each with its own opener: a `function` tag around a JSON object (the
     second opener ends its name at `">`), a Python list of calls after `python[0]` (literals
-    only, never evaluated), call objects after `tagged` separated by `separator`. LIVE padding;
+    only, never evaluated), call objects after `tagged` separated by `separator`, whitespace or nothing. LIVE padding;
     after calls, `python[1]` or one of `tagged_ends` is swallowed."""
 
     function: tuple[str, str]
@@ -1503,7 +1503,9 @@ class LlamaCallsLexer(BlockLexer):
         self._state = {FUNCTION: FUNC_NAME, NAMED: FUNC_NAME, PYTHON: PY_OPEN, TAGGED: TAG_OPEN}[kind]
 
     def _continues(self, c: str) -> str | None:
-        if self._section == TAGGED and c == "{" and self._body.separator in self._pad:
+        # Llama 3.x's calls follow one another after `;` (its template writes `; `), a newline,
+        # any whitespace or nothing at all (vLLM PR #49923 skips any run of `; \t\n`).
+        if self._section == TAGGED and c == "{" and self._after_call:
             return TAG_JSON
         return None
 
