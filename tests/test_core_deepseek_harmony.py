@@ -551,3 +551,88 @@ def test_random_markup_gives_the_same_output_however_it_is_split(make, pieces, o
         assert lex(text, make, list(text), **options) == whole, text
         if make is deepseek and not options and not any(type(s) is CallBegin for s in whole):
             assert whole == [Text(text)]  # nothing became a call: nothing changed
+
+
+# -- Harmony: the first role header cut by the template, calls on the analysis channel (issue 20) --
+
+# gpt-oss's chat template ends the prompt with `<|start|>assistant` (its generation prompt), and
+# the Harmony format puts a recipient in the role header as well as in the channel header
+# (openai/harmony docs, "Receiving tool calls"): the output then starts ` to=functions.NAME<|channel|>…`.
+LEAD = ' to=functions.get_weather<|channel|>commentary <|constrain|>json<|message|>{"city": "Paris"}<|call|>'
+
+
+def test_harmony_recipient_at_the_very_start_is_a_call():
+    assert_every_split(LEAD, call("get_weather", '{"city": "Paris"}'), harmony, lead_recipient=True)
+    glued = 'to=functions.foo<|channel|>commentary json<|message|>{}<|call|><|start|>assistant<|channel|>final<|message|>Done.'
+    assert_every_split(glued, call("foo", "{}") + [ReasoningEnd(), Text("Done.")], harmony, lead_recipient=True)
+
+
+def test_harmony_recipient_at_the_start_on_the_analysis_channel_is_a_call():
+    text = ' to=functions.search<|channel|>analysis code<|message|>{"query": "x"}<|call|>'
+    assert_every_split(text, call("search", '{"query": "x"}'), harmony, lead_recipient=True)
+
+
+def test_harmony_call_on_the_analysis_channel():
+    # vLLM's Harmony parsing (`parse_output_message`) makes any message whose recipient starts
+    # with `functions.` a function call, whatever its channel; gpt-oss writes some on `analysis`.
+    text = '<|channel|>analysis<|message|>Need the weather.<|end|><|start|>assistant<|channel|>analysis to=functions.get_weather <|constrain|>json<|message|>{"city": "Oslo"}<|call|>'
+    assert_every_split(text, [ReasoningText("Need the weather.")] + call("get_weather", '{"city": "Oslo"}'), harmony)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "to be or not to be",
+        "  today",
+        "to=",
+        " to=functions.get_weather",  # cut before its `<|channel|>`
+        " to=functions.get_weather and more<|channel|>final<|message|>x",
+        "\n",
+    ],
+)
+def test_harmony_start_that_is_no_role_header_stays_text(text):
+    expected = lex(text, harmony)  # what the lexer gives without the start read
+    assert_every_split(text, expected, harmony, lead_recipient=True)
+    if "<|" not in text:
+        assert expected == [Text(text)]
+
+
+def test_harmony_role_header_at_the_start_naming_no_declared_tool_stays_text_exactly_as_written():
+    text = ' to=functions.rm_rf<|channel|>commentary json<|message|>{}<|call|>'
+    assert_every_split(text, [Text(text)], harmony, lead_recipient=True)
+
+
+def test_harmony_recipient_later_than_the_start_is_no_role_header():
+    text = 'Hi to=functions.foo<|channel|>commentary<|message|>{}'
+    assert lex(text, harmony, lead_recipient=True) == [Text("Hi to=functions.foo"), ReasoningEnd(), Text("{}")]
+    assert lex(LEAD, harmony) != call("get_weather", '{"city": "Paris"}')  # off unless asked: only gpt-oss models start so
+
+
+def test_harmony_start_is_read_again_after_finish():
+    lexer = harmony(lead_recipient=True)
+    assert merge(run(lexer, [LEAD])) == call("get_weather", '{"city": "Paris"}')
+    assert lexer.idle
+    assert merge(run(lexer, [LEAD[:5], LEAD[5:]])) == call("get_weather", '{"city": "Paris"}')
+
+
+@pytest.mark.parametrize("cut", [1, 4, 12, len(" to=functions.get_weather"), len(" to=functions.get_weather<|chan")])
+def test_harmony_start_through_the_chat_rewriter_for_a_gpt_oss_model(cut):
+    # the first content event holds no `<`: the rewriter's fast path must not pass it unread
+    import json
+
+    from harness import sse_body
+    from toolshim.chat import ChatStreamRewriter
+    from toolshim.tools import RequestContext
+    from wire import check_chat_stream
+
+    tools = [{"type": "function", "function": {"name": "get_weather", "parameters": WEATHER}}]
+    context = RequestContext.from_body(json.dumps({"model": "openai/gpt-oss-120b", "messages": [], "tools": tools}).encode())
+    base = {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "gpt-oss-120b"}
+    pieces = [LEAD[:cut], LEAD[cut:]]
+    chunks = [{**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]}]
+    chunks += [{**base, "choices": [{"index": 0, "delta": {"content": p}, "finish_reason": None}]} for p in pieces]
+    chunks.append({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
+    rewriter = ChatStreamRewriter(context)
+    result = check_chat_stream(b"".join(rewriter.feed(sse_body(chunks)) + rewriter.close()))
+    assert not result["content"]
+    assert [(c["name"], json.loads(c["arguments"])) for c in result["tool_calls"]] == [("get_weather", {"city": "Paris"})]

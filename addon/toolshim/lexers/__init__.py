@@ -56,12 +56,17 @@ def _deepseek(lexers: ScopeLexers, reasoning: bool) -> Lexer:
 
 
 def _harmony(lexers: ScopeLexers, reasoning: bool) -> Lexer:
-    return HarmonyLexer(lexers.scope.for_dialect("harmony"), max_held=lexers.max_held)
+    # gpt-oss's template ends the prompt with `<|start|>assistant`: the content of a gpt-oss
+    # model may start with the rest of that role header (` to=functions.NAME<|channel|>…`)
+    return HarmonyLexer(lexers.scope.for_dialect("harmony"), max_held=lexers.max_held, lead_recipient=not reasoning and lexers.harmony_start)
+
+
+_HARMONY_MODELS = re.compile(r"gpt-oss|gpt_oss", re.I)
 
 
 def _llama(lexers: ScopeLexers, reasoning: bool) -> Lexer:
     # Llama 3.x's JSON calls without their tag, read only at the very start of a Llama's content
-    return engine.lexer(specs.LLAMA, lexers.scope.for_dialect("llama"), max_held=lexers.max_held, bare_json=not reasoning and lexers.bare_json)
+    return engine.lexer(specs.LLAMA, lexers.scope.for_dialect("llama"), max_held=lexers.max_held, bare_json=not reasoning and lexers.llama_bare_json)
 
 
 _LLAMA_MODELS = re.compile(r"llama|functionary", re.I)
@@ -74,7 +79,7 @@ _DEEPSEEK_STARTS = ("<\uff5ctool\u2581calls\u2581begin\uff5c>", "<\uff5ctool\u25
 DIALECTS: tuple[Dialect, ...] = (
     Dialect("kimi", re.compile(r"kimi|moonshot|k2", re.I), _kimi, _KIMI_STARTS, special_tokens=True, ends_reasoning=True),
     Dialect("deepseek", re.compile(r"deepseek", re.I), _deepseek, _DEEPSEEK_STARTS, special_tokens=True, ends_reasoning=True),
-    Dialect("harmony", re.compile(r"gpt-oss|gpt_oss", re.I), _harmony, ("<|start|>", "<|channel|>"), special_tokens=True),
+    Dialect("harmony", _HARMONY_MODELS, _harmony, ("<|start|>", "<|channel|>"), special_tokens=True),
     Dialect("mistral", re.compile(r"mistral|magistral|ministral|devstral|codestral|mixtral|pixtral", re.I), _spec(specs.MISTRAL), specs.MISTRAL.starts, special_tokens=True, ends_reasoning=True),
     # Hermes before the XML dialects: they share `<tool_call>`, and each takes only what follows
     # it in its own form (`{`, `<function=`, a name), releasing the rest at once.
@@ -117,7 +122,12 @@ def reads_bare_json(context) -> bool:
 def reads_the_start(context) -> bool:
     """Must the start of the content be read even without a marker in it? (Reasoning that
     starts pre-opened; a Llama's bare JSON call.) Then no fast path may skip it."""
-    return starts_in_reasoning(context) or reads_bare_json(context)
+    return starts_in_reasoning(context) or reads_bare_json(context) or reads_harmony_start(context)
+
+
+def reads_harmony_start(context) -> bool:
+    """gpt-oss's first role header, cut by the template: read only for models named gpt-oss."""
+    return any(d.name == "harmony" for d in dialects_for(context.model, context.dialects)) and bool(_HARMONY_MODELS.search(context.model))
 
 
 def dialects_for(model: str, forced: tuple[str, ...] | None) -> tuple[Dialect, ...]:
@@ -138,7 +148,11 @@ class ScopeLexers:
         context = scope.context
         self._dialects = dialects_for(context.model, context.dialects)
         self.preopened = starts_in_reasoning(context)
-        self.bare_json = reads_bare_json(context)
+        self.llama_bare_json = reads_bare_json(context)
+        self.harmony_start = reads_harmony_start(context)
+        # The start of the content must be read even with no marker in it (the rewriters ask):
+        # a Llama's bare JSON call, or the rest of gpt-oss's first role header.
+        self.bare_json = self.llama_bare_json or self.harmony_start
 
     @property
     def idle(self) -> bool:

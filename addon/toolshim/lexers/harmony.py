@@ -6,13 +6,18 @@
 
 A message is a header (role, `<|channel|>` and its name, an optional recipient `to=…`, an
 optional `<|constrain|>json`), `<|message|>`, a body, and `<|end|>`, `<|call|>` or `<|return|>`.
-The first message of an answer has no `<|start|>assistant`: the prompt ended with it.
+The first message of an answer has no `<|start|>assistant`: the prompt ended with it. So with
+`lead_recipient` (the registry sets it for models named gpt-oss) the very start of the text may
+be the rest of that role header: ` to=functions.NAME<|channel|>commentary json<|message|>{…}`
+(whitespace, `to=`, a recipient, whitespace, then `<|channel|>`; held until that is decided,
+at most MAX_HEADER long). Anywhere else such text is prose.
 
 * `analysis` is reasoning: its body streams live as `ReasoningText` (base.py's, see below).
 * A recipient `to=functions.NAME` (in the channel header, or in the role header:
   `<|start|>assistant to=functions.NAME<|channel|>commentary …`) makes the message a call to
   NAME when NAME is a declared tool (`functions.` is stripped). A non-strict tool's arguments
-  stream live, like Kimi's; a strict tool's are held and validated by `ToolCallJudge`. Any
+  stream live, like Kimi's; on any channel (`analysis` too: vLLM's Harmony parsing makes
+  every `functions.` recipient a call whatever the channel); a strict tool's are held and validated by `ToolCallJudge`. Any
   other recipient (undeclared, or a built-in such as `browser.search`) keeps the whole message
   visible as text, exactly as written.
 * `final`, `commentary` without a recipient (a preamble meant for the user) and any other
@@ -122,6 +127,9 @@ ROLE_PART, CHANNEL_PART, CONSTRAIN_PART = "role", "channel", "constrain"
 MAX_HEADER = 256  # a header longer than this is not a header: it is shown as text
 
 _RECIPIENT = re.compile(r"(?:^|\s)to=(\S+)")
+# The start of an output that may be the rest of a role header: whitespace, `to=`, a recipient,
+# whitespace (group 1: the whole `to=RECIPIENT`, once complete). Matches any prefix of it too.
+_LEAD = re.compile(r"\s*(?:(to=[^\s<]+)\s*|t(?:o(?:=[^\s<]*)?)?$)?")
 _NOT_SPACE = re.compile(r"\S")
 # Stripped form: the name, then at most one word (`json`), with whitespace around it.
 _STRIPPED_HEAD = re.compile(r"[A-Za-z0-9_-]*(?:\s+[A-Za-z]*)?\s*")
@@ -131,8 +139,9 @@ _STRIPPED_SUFFIXES = ("", "json", "commentary", "commentaryjson")  # stripped to
 class HarmonyLexer(Reporting):
     """Incremental lexer for one channel of one choice (see the module docstring)."""
 
-    def __init__(self, scope: CallScope, *, max_held: int = 1 << 20, stripped: bool = False) -> None:
+    def __init__(self, scope: CallScope, *, max_held: int = 1 << 20, stripped: bool = False, lead_recipient: bool = False) -> None:
         self._scope = scope
+        self._lead_recipient = lead_recipient
         self.judge = ToolCallJudge(scope)
         self._max_held = max_held
         self._text_markers = _TEXT_MARKERS + (_STRIPPED_MARKERS if stripped else ())
@@ -147,6 +156,8 @@ class HarmonyLexer(Reporting):
         self._ws: list[str] = []
         self._ws_len = 0
         self._content_begun = False  # ReasoningEnd has been emitted
+        # The very start of the output may be the rest of a role header (`lead_recipient`).
+        self._at_start = self._lead_recipient
         self._reset_message()
 
     def _reset_message(self) -> None:
@@ -206,6 +217,10 @@ class HarmonyLexer(Reporting):
     def _run(self, final: bool) -> list[Segment]:
         out: list[Segment] = []
         buf, pos = self._buf, 0
+        if self._at_start:
+            pos = self._read_lead(buf, final)
+            if pos is None:
+                return out  # it may still be a role header: more text decides
         while True:
             if self._state in (STRIPPED_HEAD, STRIPPED_JSON):
                 scan = self._scan_head if self._state == STRIPPED_HEAD else self._scan_json
@@ -229,6 +244,28 @@ class HarmonyLexer(Reporting):
             self._on_marker(match.marker, out)
         self._buf = buf[pos:]
         return out
+
+    def _read_lead(self, buf: str, final: bool) -> int | None:
+        """The very start of the output (`lead_recipient`): the rest of the first message's role
+        header, cut by the template after `<|start|>assistant`, is a recipient followed by
+        `<|channel|>` (` to=functions.NAME<|channel|>commentary json<|message|>{…}`). Returns
+        where reading goes on (past `<|channel|>` when it is one), or None: more text decides."""
+        found = _LEAD.match(buf)
+        rest = buf[found.end() :]
+        if found.group(1) and rest.startswith(_CHANNEL.text):
+            self._at_start = False
+            self._reset_message()
+            self._raw_add(found.group() + _CHANNEL.text)
+            self._parts[ROLE_PART] = found.group()
+            self._header_len = len(found.group())
+            self._part = CHANNEL_PART
+            self._state = HEADER
+            return found.end() + len(_CHANNEL.text)
+        maybe = (found.end() == len(buf) or (found.group(1) and _CHANNEL.text.startswith(rest))) and len(buf) <= MAX_HEADER
+        if maybe and not final:
+            return None
+        self._at_start = False  # not a role header: read as any text
+        return 0
 
     def _take(self, text: str, out: list[Segment]) -> None:
         """Text between markers, in whatever pieces it comes."""
