@@ -606,3 +606,55 @@ def test_llama_stream_every_split():
 def test_llama_cpp_drift_spelling_function_name_attribute():
     text = '<function name="add">\n{"a": 1}\n</function>'
     assert every_split(llama, text) == call("add", '{"a": 1}')
+
+
+# -- Mistral: `[TOOL_CALLS]` inside `[THINK]…[/THINK]` (issue 20 item 5) ---------------------------
+
+# Magistral / Ministral 3 / Devstral 2 (tokenizer v13+): the chat template renders the thought as
+# `[THINK]…[/THINK]` before any `[TOOL_CALLS]`, and vLLM's Mistral reasoning parser hands the tool
+# parser only what follows `[/THINK]`: a `[TOOL_CALLS]` written inside the thought is the thought.
+THOUGHT = '[THINK]I could write [TOOL_CALLS]add[ARGS]{"a": 1} but first [/THINK]'
+AFTER = '[TOOL_CALLS]multiply[ARGS]{"b": 2}'
+
+
+def test_tool_calls_token_inside_think_is_part_of_the_thought_at_every_split():
+    from toolshim.lexers.base import ReasoningText
+    from toolshim.lexers.think import ThinkLexer
+
+    def split(text, pieces=None):
+        lexer = ThinkLexer(tool_starts=MISTRAL.starts)
+        out = []
+        for piece in pieces or [text]:
+            out += lexer.feed(piece)
+        merged = []
+        for seg in out + lexer.finish():
+            if merged and type(seg) is type(merged[-1]):
+                merged[-1] = type(seg)(merged[-1].text + seg.text)
+            else:
+                merged.append(seg)
+        return merged
+
+    text = THOUGHT + AFTER
+    assert every_split(split, text) == [ReasoningText('I could write [TOOL_CALLS]add[ARGS]{"a": 1} but first '), Text(AFTER)]
+    # in `<think>` (Magistral v11 writes plain-text tags) a call still ends the reasoning, as before
+    assert split('<think>x [TOOL_CALLS]add[ARGS]{}') == [ReasoningText("x "), Text("[TOOL_CALLS]add[ARGS]{}")]
+
+
+@pytest.mark.parametrize("cut", [3, 12, 20, len(THOUGHT) - 4, len(THOUGHT) + 3])
+def test_magistral_thought_with_tool_calls_token_through_the_chat_rewriter(cut):
+    from harness import sse_body
+    from toolshim.chat import ChatStreamRewriter
+    from toolshim.tools import RequestContext
+    from wire import check_chat_stream
+
+    tools = [{"type": "function", "function": {"name": name, "parameters": {"type": "object"}}} for name in ("add", "multiply")]
+    context = RequestContext.from_body(json.dumps({"model": "mistralai/Magistral-Small-2509", "messages": [], "tools": tools}).encode())
+    base = {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "magistral"}
+    text = THOUGHT + AFTER
+    chunks = [{**base, "choices": [{"index": 0, "delta": {"content": p}, "finish_reason": None}]} for p in (text[:cut], text[cut:])]
+    chunks.append({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
+    rewriter = ChatStreamRewriter(context)
+    result = check_chat_stream(b"".join(rewriter.feed(sse_body(chunks)) + rewriter.close()))
+    assert result["reasoning_content"] == 'I could write [TOOL_CALLS]add[ARGS]{"a": 1} but first '
+    assert [(c["name"], json.loads(c["arguments"])) for c in result["tool_calls"]] == [("multiply", {"b": 2})]
+    assert not result["content"]

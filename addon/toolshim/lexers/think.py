@@ -41,6 +41,12 @@ _PAIRS = {
 }
 # Every spelling, opening and closing (the SSE layer's fast path looks for them too).
 REASONING_TAGS = tuple(_PAIRS) + tuple(_PAIRS.values())
+# Markup a block keeps as its thought, by opening tag: Mistral's `[TOOL_CALLS]` written inside
+# `[THINK]…[/THINK]` is part of the thought, the call after `[/THINK]` is the call (vLLM's
+# Mistral reasoning parser hands the tool parser only what follows `[/THINK]`; the v13 chat
+# template renders the thought as one chunk, `[THINK]…[/THINK]`, before any `[TOOL_CALLS]`).
+_THOUGHT_KEEPS = {"[THINK]": ("[TOOL_CALLS]",)}
+
 _OPEN_MARKERS = tuple(Marker(t, OPEN) for t in _PAIRS)
 _CLOSE_MARKERS = tuple(Marker(t, CLOSE) for t in _PAIRS.values())
 
@@ -60,6 +66,7 @@ class ThinkLexer(Reporting):
         self._pairs = {**_PAIRS, **pairs} if pairs else _PAIRS
         closers = tuple(Marker(t, CLOSE) for t in self._pairs.values()) if pairs else _CLOSE_MARKERS
         self._think_markers = closers + tuple(Marker(t, TOOLS) for t in tool_starts)
+        self._markers_in = {tag: tuple(m for m in self._think_markers if m.kind != TOOLS or m.text not in kept) for tag, kept in _THOUGHT_KEEPS.items()}
         self._started = started  # content was already sent before this lexer saw any
         self._reset()
         idle = self._idle_now()
@@ -69,6 +76,7 @@ class ThinkLexer(Reporting):
     def _reset(self) -> None:
         self._state = THINK if self._preopened else CONTENT if self._started else START
         self._at_start = True  # THINK: nothing read yet (a pre-opened model may still write `<think>`)
+        self._opener = ""  # the tag that opened the block ("" when pre-opened)
         self._buf = ""
         self._drop_ws = False  # after a closing tag: the blank lines that follow are layout
 
@@ -116,7 +124,7 @@ class ThinkLexer(Reporting):
                 if self._state == START:
                     self._state = CONTENT
                     continue
-            match = find_marker(buf, pos, self._think_markers, final)
+            match = find_marker(buf, pos, self._markers_in.get(self._opener, self._think_markers), final)
             end = len(buf) if match is None else match.pos
             if match is not None and match.marker is None:
                 # A possible tag is held: so is the whitespace in front of it, else the dialects
@@ -149,6 +157,7 @@ class ThinkLexer(Reporting):
             return pos if final else None
         for tag in self._pairs:
             if rest.startswith(tag):
+                self._opener = tag
                 return len(buf) - len(rest) + len(tag)
         if not final and any(tag.startswith(rest) for tag in self._pairs):
             return None
