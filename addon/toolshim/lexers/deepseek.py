@@ -23,8 +23,9 @@ The bars are U+FF5C (fullwidth) and `▁` is U+2581, matched exactly: the same t
 ASCII `|` or a plain `_` are text (gateways that re-spell them are another dialect). Accepted as
 well: calls with no section around them, a call missing `<｜tool▁call▁end｜>` (the next call or
 the section end closes it), V3 arguments without the fence, a DSML invoke whose body is a JSON
-object instead of parameters (SGLang's "format 2"), a DSML parameter without `string=` (string
-unless the tool's schema types the parameter otherwise and the value reads as JSON). In a
+object instead of parameters (SGLang's "format 2"), a DSML parameter without `string=`. Values
+are typed by the tool's schema before the `string=` mark (`_parameter_value`): a value whose
+schema admits no string is typed even when marked string. In a
 reasoning channel (`reasoning=True`) a `</think>` after a section ends the reasoning, as in the
 Kimi dialect: DeepSeek-V4 opens DSML blocks before its `</think>` (vLLM PR #46079).
 
@@ -81,7 +82,9 @@ import re
 
 from ..calls import UNKNOWN_NAME, CallScope
 from ..tools import ToolSpec
-from ..judge import compact_json, reads_as_json
+import json
+
+from ..judge import coerce_value, compact_json, reads_as_json, schema_types
 from .base import CallBegin, Marker, ReasoningEnd, Segment, Text, excerpt
 from .tokens import DROP, HOLD, KEEP, TEXT, TokenLexer
 
@@ -493,15 +496,50 @@ def _invoke_call(raw: str, tools: dict[str, ToolSpec]) -> tuple[str, str] | None
 
 
 def _parameter_value(value: str, string: str | None, spec: ToolSpec | None, key: str) -> str:
-    if string == "true" or (string is None and _schema_wants_string(spec, key)):
-        return compact_json(value)
+    """A DSML value as JSON text, typed by the property's schema first (`judge.schema_types`:
+    `type` names and lists, `anyOf` / `oneOf`, `enum`), then by the `string=` attribute:
+
+    * the schema admits no string: the value is typed by it (`coerce_value`) whatever the
+      markup says, so `string="true"` on an integer gives the integer (the model's attribute is
+      a guess, the client's schema is not); a value that reads as no allowed type stays as the
+      markup says, for the judge;
+    * the schema admits a string: `string="true"` keeps the text; `string="false"` keeps the
+      model's JSON only when its type is allowed, so `null`, `true`, `42` stay strings where
+      only a string fits; no mark: as the XML dialects (`coerce_value`: the text, `null` is None
+      where null is allowed);
+    * no schema for the parameter: `string=` decides (none: a string), as in DeepSeek's encoding.
+    """
+    prop = _property(spec, key)
+    types = schema_types(prop)
     stripped = value.strip()
+    if types:
+        allowed = types | ({"integer"} if "number" in types else set())
+        said_json = string == "false" or (string is None and "string" not in types)
+        if said_json and reads_as_json(stripped) and _json_kind(stripped) in allowed:
+            return stripped  # the model's own JSON, of a type the schema allows
+        if "string" in types:  # the text, or None for `null` where null is allowed and no mark says string
+            return compact_json(value if string == "true" else coerce_value(value, prop))
+        typed = coerce_value(value, prop)
+        if not isinstance(typed, str):
+            return compact_json(typed)
+    if string == "true" or (string is None and not types):
+        return compact_json(value)
     return stripped if reads_as_json(stripped) else compact_json(value)
 
 
-def _schema_wants_string(spec: ToolSpec | None, key: str) -> bool:
-    """A parameter the schema does not type otherwise is a string."""
+def _json_kind(text: str) -> str:
+    value = json.loads(text)
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "number"
+    return {list: "array", dict: "object"}.get(type(value), "string")
+
+
+def _property(spec: ToolSpec | None, key: str):
     properties = (spec.parameters or {}).get("properties") if spec is not None else None
-    prop = properties.get(key) if isinstance(properties, dict) else None
-    kind = prop.get("type") if isinstance(prop, dict) else None
-    return kind is None or kind == "string" or (isinstance(kind, list) and "string" in kind)
+    return properties.get(key) if isinstance(properties, dict) else None
