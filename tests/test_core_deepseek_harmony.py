@@ -636,3 +636,33 @@ def test_harmony_start_through_the_chat_rewriter_for_a_gpt_oss_model(cut):
     result = check_chat_stream(b"".join(rewriter.feed(sse_body(chunks)) + rewriter.close()))
     assert not result["content"]
     assert [(c["name"], json.loads(c["arguments"])) for c in result["tool_calls"]] == [("get_weather", {"city": "Paris"})]
+
+
+def test_harmony_start_is_not_idle_until_read():
+    # a rewriter's fast path passes text unread while every lexer is idle: the start must not
+    lexer = harmony(lead_recipient=True)
+    assert not lexer.idle
+    assert lexer.feed("") == [] and not lexer.idle
+    assert lexer.feed(" to=functions.get") == [] and not lexer.idle
+    assert merge(lexer.feed('_weather<|channel|>commentary<|message|>{}<|call|>')) == call("get_weather", "{}")
+    assert merge(lexer.feed("ok")) == [Text("ok")] and lexer.idle
+    assert harmony().idle and harmony().feed("Hi") == [Text("Hi")]
+
+
+@pytest.mark.parametrize("first", ["", " ", " to=functions.get_weather"])
+def test_harmony_start_through_the_responses_rewriter_for_a_gpt_oss_model(first):
+    import json
+
+    from responses import function_tool, responses_events, responses_request, responses_sse
+    from toolshim.responses import ResponsesStreamRewriter
+    from toolshim.tools import RequestContext
+    from wire import check_responses_stream
+
+    request = responses_request("gpt-oss-20b", "weather?", tools=[function_tool("get_weather", WEATHER)])
+    context = RequestContext.from_body(json.dumps(request).encode())
+    pieces = [first, LEAD[len(first) :]] if first.strip() else [first, LEAD[:25], LEAD[25:]]
+    body = responses_sse(responses_events("gpt-oss-20b", pieces))
+    rewriter = ResponsesStreamRewriter(context)
+    result = check_responses_stream(b"".join(rewriter.feed(body) + rewriter.close()))
+    assert [(c["name"], json.loads(c["arguments"])) for c in result["calls"]] == [("get_weather", {"city": "Paris"})]
+    assert result["text"] == ""

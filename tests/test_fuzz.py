@@ -258,7 +258,8 @@ def py_literal(value) -> str:
 
 # What the engine reads since it replaced the lexers of lexers/legacy (issue 20): the new
 # families, and shapes the older dialects now read otherwise (an orphan wrapper end after a bare
-# Qwen function, text between the calls of a section, GLM blocks with escaped separators).
+# Qwen function, text between the calls of a section, GLM blocks with escaped separators, a
+# `functions.` recipient on Harmony's analysis channel).
 # This file's tests draw them (`new=True`); tests/test_differential.py, which compares the engine
 # with those lexers, draws without them.
 NEW_FAMILIES = ("granite", "nemotron", "command")
@@ -338,7 +339,9 @@ def dialect_call(draw, dialect, witness, new=False):
         end = draw(st.sampled_from(["<|end|>", "<|call|>", "<|return|>", ""]))
         if kind == "call":
             constrain = draw(st.sampled_from([" <|constrain|>json", "", " json"]))
-            return f"{start}<|channel|>commentary to=functions.{name}{constrain}<|message|>{js}{end}"
+            # a `functions.` recipient on the analysis channel is a call too (issue 20 item 4)
+            channel = draw(st.sampled_from(["commentary", "analysis"])) if new else "commentary"
+            return f"{start}<|channel|>{channel} to=functions.{name}{constrain}<|message|>{js}{end}"
         return f"{start}<|channel|>{kind}<|message|>{draw(string_value(witness, dialect))}{end}"
     if dialect == "mistral":
         form = draw(st.sampled_from(["list", "v11", "v13", "bare"]))

@@ -147,6 +147,8 @@ class HarmonyLexer(Reporting):
         self._text_markers = _TEXT_MARKERS + (_STRIPPED_MARKERS if stripped else ())
         self._scanner = JsonScanner()
         self._reset()
+        if self._at_start:
+            self._report(False)  # the start must be read, even with no marker in it
 
     def _reset(self) -> None:
         self._state = TEXT
@@ -175,7 +177,7 @@ class HarmonyLexer(Reporting):
     def feed(self, text: str) -> list[Segment]:
         self._buf += text
         out = self._run(final=False)
-        idle = self._state == TEXT and not self._buf and not self._ws and self._lead == KEEP
+        idle = self._state == TEXT and not self._buf and not self._ws and self._lead == KEEP and not self._at_start
         if idle != self.idle:
             self._report(idle)
         return out
