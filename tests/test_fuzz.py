@@ -378,7 +378,11 @@ def dialect_call(draw, dialect, witness, new=False):
         if form == "pythonic":
             kwargs = ", ".join(f"{k}={py_literal(v)}" for k, v in args.items())
             return f"<|python_start|>[{name}({kwargs})]<|python_end|>"
-        return "<|python_tag|>" + json.dumps({"name": name, "parameters": args}, ensure_ascii=False)
+        first = "<|python_tag|>" + json.dumps({"name": name, "parameters": args}, ensure_ascii=False)
+        if new and draw(st.booleans()):  # calls after `;`, a newline, any whitespace or nothing (issue 20 item 7)
+            second = json.dumps({"name": draw(st.sampled_from(["bash", "get_weather", "rm_rf"])), "parameters": draw(arguments(witness, dialect))}, ensure_ascii=False)
+            return first + draw(st.sampled_from(["; ", ";", "\n", " ", "", "\n\n", " ;\n"])) + second
+        return first
     assert dialect == "think"
     return f"<think>{draw(string_value(witness, dialect))}</think>"
 
