@@ -59,10 +59,13 @@ def rewrite(api: str, context: RequestContext, pieces: list[bytes], lanes: bool,
 
 
 def check(api: str, context: RequestContext, body: bytes, cuts: list[list[bytes]], monkeypatch: pytest.MonkeyPatch) -> bytes:
-    """The body through the full path whole, and through the lanes in each of `cuts`: the
-    same bytes, the same failure (none, unless the full path has one too)."""
+    """The body through the full path whole, and through the lanes in each of `cuts`, whole
+    and in reads of eight events: the same bytes, the same failure (none, unless the full path
+    has one too)."""
     reference, full = rewrite(api, context, [body], False, monkeypatch)
-    for pieces in cuts:
+    events = by_event(body)
+    bursts = [b"".join(events[at : at + 8]) for at in range(0, len(events), 8)]  # several events a read
+    for pieces in [*cuts, [body], bursts]:
         off, _ = rewrite(api, context, pieces, False, monkeypatch)
         on, laned = rewrite(api, context, pieces, True, monkeypatch)
         assert on == off == reference, (api, [len(p) for p in pieces][:20])

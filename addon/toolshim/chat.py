@@ -243,6 +243,7 @@ class ChatStreamRewriter(SseRewriter):
         self._quiet_run = 0  # events passed quietly since the last one read in full
         self._args: ArgsLane | None = None
         self._lexed: tuple | None = None  # what `_rewrite_choice` read last (for `_arm`)
+        self._renders: dict[tuple, tuple] = {}  # (frame, open call) -> what it renders to (`_render_frame`; () none)
 
     # -- events ----------------------------------------------------------------------------------
 
@@ -527,37 +528,52 @@ class ChatStreamRewriter(SseRewriter):
         frame = Frame.around(raw, spans) if spans is not None else None
         if frame is None:
             return
-        # The frame holds exactly this choice's delta text: checked on a probe.
-        json_at = 6 if raw.startswith(b"data: ") else 5
-        try:
-            probe = orjson.loads(frame.probe(b"\\u0001")[json_at:-2])
-        except orjson.JSONDecodeError:
+        # What the frame renders to depends on its bytes and the open call's index alone: a
+        # stream's sections and calls re-arm the lane from the same few frames.
+        key = (frame.head, frame.mid, frame.tail, state._open_index)
+        rendered = self._renders.get(key)
+        if rendered is None:
+            rendered = self._renders[key] = self._render_frame(raw, frame, choice, channel, state._open_index) or ()
+            if len(self._renders) > 16:
+                self._renders.clear()
+        if not rendered:
             return
-        chunk = orjson.loads(raw[json_at:-2])
-        choices = chunk.get("choices")
-        if not isinstance(choices, list) or len(choices) != 1 or choices[0] != choice:
-            return
-        if probe != {**chunk, "choices": [{**choice, "delta": {**choice["delta"], **{key: "\x01" for key in channel}}}]}:
-            return
-        # The output, rendered by the full path's own rules: of no parts (the text held), and
-        # around a probe argument (a piece of the open call's arguments).
-        index, delta = choice.get("index", 0), choice["delta"]
-        held = self._with_usage(chunk, self._render(index, choice, delta, [], [], [], None, None))
-        rendered = self._with_usage(chunk, self._render(index, choice, delta, [("args", state._open_index, "\x00")], [], [], None, None))
-        encoded = [encode_event(orjson.dumps(c)) for c in rendered]
-        hits = [i for i, piece in enumerate(encoded) if b"\\u0000" in piece]
-        if len(hits) != 1 or encoded[hits[0]].count(b"\\u0000") != 1:
-            return
-        at = hits[0]
-        head, _, tail = encoded[at].partition(b"\\u0000")
+        head, tail, before, after, held = rendered
         # A chain's second stage gets `second.finish()` before each piece of arguments: a no-op
         # only when it was finished last and fed nothing since, as when this event's last part
         # was the call or its arguments. Else such a piece takes the full path once.
         finished = bool(parts) and parts[-1][0] in ("args", "call")
-        lane = ArgsLane(frame, live_path(lexer), head, tail, encoded[:at], encoded[at + 1 :], [encode_event(orjson.dumps(c)) for c in held], finished)
+        lane = ArgsLane(frame, live_path(lexer), head, tail, before, after, held, finished)
         self._args = lane
         if self._echo.changed:  # nothing to compare: the lane may take reads straight from `feed`
             self._direct = self._args_read
+
+    def _render_frame(self, raw: bytes, frame: Frame, choice: dict[str, Any], channel: tuple[str, ...], open_index: int | None) -> tuple | None:
+        """The output of an event of `frame` (the event just read, `raw`), rendered by the full
+        path's own rules: around a probe argument (a piece of the open call's arguments: `head`,
+        `tail`, whole events `before` and `after`), and of no parts (the text held). None when the
+        frame does not hold exactly this choice's delta text (checked on a probe)."""
+        json_at = 6 if raw.startswith(b"data: ") else 5
+        try:
+            probe = orjson.loads(frame.probe(b"\\u0001")[json_at:-2])
+        except orjson.JSONDecodeError:
+            return None
+        chunk = orjson.loads(raw[json_at:-2])
+        choices = chunk.get("choices")
+        if not isinstance(choices, list) or len(choices) != 1 or choices[0] != choice:
+            return None
+        if probe != {**chunk, "choices": [{**choice, "delta": {**choice["delta"], **{key: "\x01" for key in channel}}}]}:
+            return None
+        index, delta = choice.get("index", 0), choice["delta"]
+        held = self._with_usage(chunk, self._render(index, choice, delta, [], [], [], None, None))
+        rendered = self._with_usage(chunk, self._render(index, choice, delta, [("args", open_index, "\x00")], [], [], None, None))
+        encoded = [encode_event(orjson.dumps(c)) for c in rendered]
+        hits = [i for i, piece in enumerate(encoded) if b"\\u0000" in piece]
+        if len(hits) != 1 or encoded[hits[0]].count(b"\\u0000") != 1:
+            return None
+        at = hits[0]
+        head, _, tail = encoded[at].partition(b"\\u0000")
+        return head, tail, encoded[:at], encoded[at + 1 :], [encode_event(orjson.dumps(c)) for c in held]
 
     def _args_read(self, raw: bytes) -> list[bytes] | None:
         """An event through the lane, or None (before anything was fed: the full path reads

@@ -252,49 +252,103 @@ class SseRewriter:
         return self._echo.changed
 
     def feed(self, data: bytes) -> list[bytes]:
-        direct = self._direct
-        if direct is not None and not self._framer._buf and not self._waiting and not self._withheld:
-            # The read is one event of the lane's frame, or the lane says no (None): no framing,
-            # no fields to carry (one data line), the echo check decided or idle (the lane's).
-            try:
-                out = direct(data)
-            except Exception as exc:  # as `_on_block_failing_open` fails
-                self._direct = None
-                self.failure = exc
-                self._taken += 1
-                return [data]
-            if out is not None:
-                self._taken += 1
-                return out
-        # (Not while fields wait or a held event keeps its own: the next event sent takes them.)
-        if self._passes_whole_reads and self._echo.idle and not self._waiting and not self._withheld:
-            # The fast path: the whole events of this read pass unframed when nothing in them
-            # needs a look; an unfinished last event waits in the framer, as ever.
-            end = data.rfind(b"\n\n") + 2  # a blank line ends an event (a CRLF stream has none)
-            # Only a read that ends an event takes the framer's held bytes out: a long event
-            # arriving in many reads stays with the framer, which scans each byte once (taking
-            # them out on every read copied and rescanned them: a 10 MB event took seconds).
-            # A blank line split across reads is found by the framer below.
-            if end >= 2 and self._framer.pending:
-                held = self._framer.take_pending()
-                data = held + data
-                end += len(held)
-            # After the last "\n\n", events ending in CR line ends ("\r\n\r\n", "\r\r") may be
-            # complete: they must be framed and read, not left to the framer (fuzzing found a
-            # `data: [DONE]\r\n\r\n` dropped that way), so such a read takes the framed path.
-            if end >= 2 and b"\r" not in data[end:] and self._nothing_to_read(data if end == len(data) else data[:end]):
-                if end == len(data):
-                    if self._direct is None and self.lanes:
-                        self._passed_whole(data)
-                    return [data]
-                self._framer.feed(data[end:])  # no event is complete in it
-                return [data[:end]]
+        """The bytes to send for a read (one piece: a read's events go out as one write)."""
+        if self._direct is not None and not self._framer._buf and not self._waiting and not self._withheld:
+            first = data.find(b"\n\n")
+            if first == len(data) - 2:  # one event, as a model's pace has it
+                out = self._through_direct(data)
+                if out is not None:
+                    return out
+            elif 0 < first and data.find(b"\r") < 0 and data.find(b"\n\n\n") < 0:
+                # Several events back to back (a fast model, a busy proxy): the whole read as it
+                # came when nothing in it needs a look; else each blank line ends an event (LF
+                # line ends, no empty block), each in the lane while it takes them.
+                if self._whole_reads_pass():
+                    whole = self._whole_read(data)
+                    if whole is not None:
+                        return whole
+                out, at = self._through_direct_events(data)
+                if at:
+                    if at < len(data):
+                        out += self._framed(data[at:])
+                    return [b"".join(out)] if len(out) > 1 else out
+        out = self._framed(data)
+        return [b"".join(out)] if len(out) > 1 else out
+
+    def _through_direct(self, event: bytes) -> list[bytes] | None:
+        """A whole event through the lane (`_direct`): what to send, or None (it said no: the
+        framed path reads the event). No fields to carry (lanes take one-line events, or frames
+        without fields), the echo check decided or idle (the lane's to check)."""
+        try:
+            out = self._direct(event)
+        except Exception as exc:  # as `_on_block_failing_open` fails
+            self._direct = None
+            self.failure = exc
+            self._taken += 1
+            return [event]
+        if out is not None:
+            self._taken += 1  # (numbers order carried fields; none wait while a lane takes events)
+        return out
+
+    def _through_direct_events(self, data: bytes) -> tuple[list[bytes], int]:
+        """Whole events of `data` through the lane while it takes them: what to send, and where
+        the events it did not take begin."""
+        out: list[bytes] = []
+        at, size = 0, len(data)
+        while at < size and self._direct is not None:
+            end = data.find(b"\n\n", at) + 2
+            if end < 2:
+                break
+            sent = self._through_direct(data[at:end])
+            if sent is None:
+                break
+            out += sent
+            at = end
+        return out, at
+
+    def _framed(self, data: bytes) -> list[bytes]:
+        if self._whole_reads_pass():
+            whole = self._whole_read(data)
+            if whole is not None:
+                return whole
         out: list[bytes] = []
         for raw in self._framer.feed(data):
             self._echo.took(raw)
             out += self._on_block_failing_open(raw)
         self._echo.gave(out)
         return out
+
+    def _whole_reads_pass(self) -> bool:
+        # (Not while fields wait or a held event keeps its own: the next event sent takes them.)
+        return self._passes_whole_reads and self._echo.idle and not self._waiting and not self._withheld
+
+    def _whole_read(self, data: bytes) -> list[bytes] | None:
+        """The fast path: the whole events of this read pass unframed when nothing in them
+        needs a look; an unfinished last event waits in the framer, as ever. None: the read
+        must be framed."""
+        end = data.rfind(b"\n\n") + 2  # a blank line ends an event (a CRLF stream has none)
+        # Only a read that ends an event takes the framer's held bytes out: a long event
+        # arriving in many reads stays with the framer, which scans each byte once (taking
+        # them out on every read copied and rescanned them: a 10 MB event took seconds).
+        # A blank line split across reads is found by the framer below.
+        held = b""
+        if end >= 2 and self._framer.pending:
+            held = self._framer.take_pending()
+            data = held + data
+            end += len(held)
+        # After the last "\n\n", events ending in CR line ends ("\r\n\r\n", "\r\r") may be
+        # complete: they must be framed and read, not left to the framer (fuzzing found a
+        # `data: [DONE]\r\n\r\n` dropped that way), so such a read takes the framed path.
+        if end >= 2 and b"\r" not in data[end:] and self._nothing_to_read(data if end == len(data) else data[:end]):
+            if end == len(data):
+                if self._direct is None and self.lanes:
+                    self._passed_whole(data)
+                return [data]
+            self._framer.feed(data[end:])  # no event is complete in it
+            return [data[:end]]
+        if held:
+            self._framer.feed(held)  # put back (no event is complete in it): framed with the read
+        return None
 
     def close(self) -> list[bytes]:
         """End of body: complete blocks, then whatever the lexers still hold, then the tail."""
