@@ -584,12 +584,15 @@ class ChatStreamRewriter(SseRewriter):
             if len(raw) < frame.fixed or not raw.startswith(frame.head) or not raw.endswith(frame.tail):
                 return None
             start, end = lane.start, len(raw) - lane.end
-        else:
-            body = frame.split(raw)
-            if body is None:
+        else:  # mirrored fields: the same string twice (`Frame.split`, inline)
+            extra = len(raw) - frame.fixed
+            if extra < 0 or extra & 1 or not raw.startswith(frame.head) or not raw.endswith(frame.tail):
                 return None
             start = lane.start
-            end = start + len(body)
+            end = start + (extra >> 1)
+            mid = frame.mid
+            if raw[end : end + len(mid)] != mid or raw[end + len(mid) : end + len(mid) + (extra >> 1)] != raw[start:end]:
+                return None
         try:
             text = orjson.loads(raw[start - 1 : end + 1])  # the string with its quotes: one JSON string or an error
         except orjson.JSONDecodeError:

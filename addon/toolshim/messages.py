@@ -686,10 +686,10 @@ class BlockLane:
     text: tuple[bytes, bytes] | None = None
     as_came: bool = False  # text as it came goes as it came (its block under upstream's number)
     quiet_if_idle: bool = False  # the block is quiet once its lexer is idle (`_find_quiet_blocks`)
+    start: int = 0  # where the string's body begins
 
-    @property
-    def start(self) -> int:
-        return len(self.frame.head)
+    def __post_init__(self) -> None:
+        self.start = len(self.frame.head)
 
 
 class MessagesStreamRewriter(SseRewriter):
@@ -880,11 +880,11 @@ class MessagesStreamRewriter(SseRewriter):
 
     def _block_read(self, raw: bytes) -> list[bytes] | None:
         lane = self._block
-        body = lane.frame.split(raw)
-        if body is None:
+        frame = lane.frame
+        if len(raw) < frame.fixed or not raw.startswith(frame.head) or not raw.endswith(frame.tail):
             return None
-        start = lane.start
-        end = start + len(body)
+        start, end = lane.start, len(raw) - len(frame.tail)
+        body = raw[start:end]
         try:
             text = orjson.loads(raw[start - 1 : end + 1])
         except orjson.JSONDecodeError:

@@ -212,6 +212,17 @@ def unwind(path: list[Lexer], segments: list[Segment]) -> list[Segment]:
     return segments  # (a ReasoningSplit passes its content side's segments as they are)
 
 
+def _event_end(data: bytes, at: int) -> int:
+    """Where the event beginning at `at` ends (after its blank line, LF line ends), or -1.
+    (A search for one byte is memchr; for two, CPython 3.11 looks at every position.)"""
+    while True:
+        at = data.find(b"\n", at) + 1
+        if at == 0:
+            return -1
+        if data[at : at + 1] == b"\n":
+            return at + 1
+
+
 def _latest_fields(fields: bytes) -> bytes:
     """Of `\\n`-ended field lines, the last `retry` and the last `id` (an EventSource keeps
     only those)."""
@@ -253,26 +264,36 @@ class SseRewriter:
 
     def feed(self, data: bytes) -> list[bytes]:
         """The bytes to send for a read (one piece: a read's events go out as one write)."""
+        whole_tried = False
         if self._direct is not None and not self._framer._buf and not self._waiting and not self._withheld:
-            first = data.find(b"\n\n")
-            if first == len(data) - 2:  # one event, as a model's pace has it
-                out = self._through_direct(data)
-                if out is not None:
-                    return out
-            elif 0 < first and data.find(b"\r") < 0 and data.find(b"\n\n\n") < 0:
+            # One event, as a model's pace has it (`_through_direct`, inline): a lane takes no
+            # read of several (its string may hold no line end, nor a quote it does not decode).
+            try:
+                out = self._direct(data)
+            except Exception as exc:  # as `_on_block_failing_open` fails
+                self._direct = None
+                self.failure = exc
+                self._taken += 1
+                return [data]
+            if out is not None:
+                self._taken += 1
+                return out
+            if 0 < _event_end(data, 0) < len(data):
                 # Several events back to back (a fast model, a busy proxy): the whole read as it
                 # came when nothing in it needs a look; else each blank line ends an event (LF
                 # line ends, no empty block), each in the lane while it takes them.
                 if self._whole_reads_pass():
+                    whole_tried = True
                     whole = self._whole_read(data)
                     if whole is not None:
                         return whole
-                out, at = self._through_direct_events(data)
-                if at:
-                    if at < len(data):
-                        out += self._framed(data[at:])
-                    return [b"".join(out)] if len(out) > 1 else out
-        out = self._framed(data)
+                if self._direct is not None and data.find(b"\r") < 0 and data.find(b"\n\n\n") < 0:
+                    out, at = self._through_direct_events(data)
+                    if at:
+                        if at < len(data):
+                            out += self._framed(data[at:])
+                        return [b"".join(out)] if len(out) > 1 else out
+        out = self._framed(data, whole_tried)
         return [b"".join(out)] if len(out) > 1 else out
 
     def _through_direct(self, event: bytes) -> list[bytes] | None:
@@ -296,8 +317,8 @@ class SseRewriter:
         out: list[bytes] = []
         at, size = 0, len(data)
         while at < size and self._direct is not None:
-            end = data.find(b"\n\n", at) + 2
-            if end < 2:
+            end = _event_end(data, at)
+            if end < 0:
                 break
             sent = self._through_direct(data[at:end])
             if sent is None:
@@ -306,8 +327,8 @@ class SseRewriter:
             at = end
         return out, at
 
-    def _framed(self, data: bytes) -> list[bytes]:
-        if self._whole_reads_pass():
+    def _framed(self, data: bytes, whole_tried: bool = False) -> list[bytes]:
+        if not whole_tried and self._whole_reads_pass():
             whole = self._whole_read(data)
             if whole is not None:
                 return whole
