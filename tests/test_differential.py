@@ -40,6 +40,8 @@ from toolshim.tools import RequestContext, ToolSpec
 CHANGED = {
     "qwen_xml": "issue 20 item 2 (67a8882, 2a5eb4b): text in a wrapper after a call is shown in its place; "
     "a bare function waits for an orphan wrapper end",
+    "minimax": "issue 20 item 2 (67a8882): text in a wrapper after a call is shown in its place",
+    "glm": "issue 20 item 8 (6ce98ad): separators written escaped (a literal backslash-n) are read",
 }
 COMPARED = tuple(name for name in DIALECT_NAMES if name not in CHANGED)
 # The reasoning split ends reasoning at the starts the registry lists for a dialect (since
