@@ -42,6 +42,10 @@ CHANGED = {
     "a bare function waits for an orphan wrapper end",
     "minimax": "issue 20 item 2 (67a8882): text in a wrapper after a call is shown in its place",
     "glm": "issue 20 item 8 (6ce98ad): separators written escaped (a literal backslash-n) are read",
+    "harmony": "issue 20 item 4 (93507ab): the rest of a role header at the start; calls on the analysis channel",
+    "llama": "issue 20 item 7 (b1fcbdc): JSON calls follow one another after any whitespace",
+    "mistral": "issue 20 item 5 (04212e4): [TOOL_CALLS] inside [THINK] is part of the thought",
+    "deepseek": "issue 20 item 6 (b0ab96e): DSML values typed by the tool's schema before their string= mark",
 }
 COMPARED = tuple(name for name in DIALECT_NAMES if name not in CHANGED)
 # The reasoning split ends reasoning at the starts the registry lists for a dialect (since

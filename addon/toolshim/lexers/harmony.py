@@ -65,11 +65,7 @@ ending in `a` or `c` is held one piece longer (a possible marker beginning). Not
 rewriter's fast path passes events with no `<` straight through while nothing is held, so
 with the flag on that fast path has to be off for the stripped form to be seen at all.
 
-**Reasoning segments.** Analysis text is `base.ReasoningText` (re-exported here), the segment
-the `<think>` split already uses, so the rewriters put it in the reasoning field without further
-work. (The brief asked for a `ReasoningText` defined in this module; base.py gained one while
-this was written, and a second class of the same name would not match the rewriters'
-`type(seg) is ReasoningText`.)
+Analysis text is `base.ReasoningText` (re-exported here), the segment the `<think>` split uses.
 """
 
 from __future__ import annotations
@@ -77,23 +73,8 @@ from __future__ import annotations
 import re
 
 from ..calls import UNKNOWN_NAME, CallScope
-from .base import (
-    CLOSED,
-    JsonScanner,
-    CallArgs,
-    CallBegin,
-    CallEnd,
-    Marker,
-    ReasoningEnd,
-    ReasoningText,
-    Reporting,
-    Segment,
-    Text,
-    excerpt,
-    find_marker,
-    is_marker_fragment,
-)
-from ..judge import ToolCallJudge, compact_json
+from .base import CLOSED, CallBegin, JsonScanner, Marker, ReasoningEnd, ReasoningText, Segment, Text, excerpt
+from .tokens import HOLD, KEEP, TEXT, TokenLexer
 
 __all__ = ["HarmonyLexer", "ReasoningText"]
 
@@ -119,9 +100,8 @@ _STRIPPED_MARKERS = (
     Marker("assistant to=functions.", STRIPPED),
 )
 
-TEXT, HEADER, REASONING, CONTENT, ARGS, HELD, VISIBLE = "text", "header", "reasoning", "content", "args", "held", "visible"
+HEADER, REASONING, CONTENT, ARGS, HELD, VISIBLE = "header", "reasoning", "content", "args", "held", "visible"
 STRIPPED_HEAD, STRIPPED_JSON = "stripped_head", "stripped_json"
-KEEP, HOLD = "keep", "hold"  # what happens to whitespace at the start of TEXT
 ROLE_PART, CHANNEL_PART, CONSTRAIN_PART = "role", "channel", "constrain"
 
 MAX_HEADER = 256  # a header longer than this is not a header: it is shown as text
@@ -130,33 +110,27 @@ _RECIPIENT = re.compile(r"(?:^|\s)to=(\S+)")
 # The start of an output that may be the rest of a role header: whitespace, `to=`, a recipient,
 # whitespace (group 1: the whole `to=RECIPIENT`, once complete). Matches any prefix of it too.
 _LEAD = re.compile(r"\s*(?:(to=[^\s<]+)\s*|t(?:o(?:=[^\s<]*)?)?$)?")
-_NOT_SPACE = re.compile(r"\S")
 # Stripped form: the name, then at most one word (`json`), with whitespace around it.
 _STRIPPED_HEAD = re.compile(r"[A-Za-z0-9_-]*(?:\s+[A-Za-z]*)?\s*")
 _STRIPPED_SUFFIXES = ("", "json", "commentary", "commentaryjson")  # stripped tokens glued to the name
 
 
-class HarmonyLexer(Reporting):
-    """Incremental lexer for one channel of one choice (see the module docstring)."""
+class HarmonyLexer(TokenLexer):
+    """Incremental lexer for one channel of one choice (see the module docstring). Whitespace is
+    held after a message (TEXT) and at the end of live arguments (ARGS)."""
 
     def __init__(self, scope: CallScope, *, max_held: int = 1 << 20, stripped: bool = False, lead_recipient: bool = False) -> None:
-        self._scope = scope
+        super().__init__(scope, max_held=max_held)
         self._lead_recipient = lead_recipient
-        self.judge = ToolCallJudge(scope)
-        self._max_held = max_held
         self._text_markers = _TEXT_MARKERS + (_STRIPPED_MARKERS if stripped else ())
         self._scanner = JsonScanner()
+        self._readers = {STRIPPED_HEAD: self._scan_head, STRIPPED_JSON: self._scan_json}
         self._reset()
         if self._at_start:
             self._report(False)  # the start must be read, even with no marker in it
 
     def _reset(self) -> None:
-        self._state = TEXT
-        self._buf = ""  # unread text: at most a possible beginning of a marker
-        self._lead = KEEP
-        # Whitespace held: after a message (TEXT) or at the end of live arguments (ARGS).
-        self._ws: list[str] = []
-        self._ws_len = 0
+        self._reset_tokens()
         self._content_begun = False  # ReasoningEnd has been emitted
         # The very start of the output may be the rest of a role header (`lead_recipient`).
         self._at_start = self._lead_recipient
@@ -184,11 +158,7 @@ class HarmonyLexer(Reporting):
 
     def finish(self) -> list[Segment]:
         out: list[Segment] = []
-        cut, self._buf = self._buf, ""
-        # A marker cut in half inside a message is markup, not text.
-        fragment = ""
-        if self._state != TEXT and is_marker_fragment(cut, _ALL):
-            cut, fragment = "", cut
+        cut, fragment = self._cut_at_end(_ALL)
         self._take(cut, out)
         state = self._state
         if state == TEXT:
@@ -205,8 +175,7 @@ class HarmonyLexer(Reporting):
             self._show(out, "".join(self._raw) + fragment)
         # REASONING, CONTENT: a body cut off is what it is; only the marker fragment goes.
         self._reset()
-        if not self.idle:
-            self._report(True)
+        self._report_idle()
         return out
 
     # -- scanning ------------------------------------------------------------------------------
@@ -217,35 +186,12 @@ class HarmonyLexer(Reporting):
         return _ALL if self._state == HEADER else _BODY_MARKERS
 
     def _run(self, final: bool) -> list[Segment]:
-        out: list[Segment] = []
-        buf, pos = self._buf, 0
         if self._at_start:
-            pos = self._read_lead(buf, final)
+            pos = self._read_lead(self._buf, final)
             if pos is None:
-                return out  # it may still be a role header: more text decides
-        while True:
-            if self._state in (STRIPPED_HEAD, STRIPPED_JSON):
-                scan = self._scan_head if self._state == STRIPPED_HEAD else self._scan_json
-                stopped = scan(buf, pos, out)
-                if stopped is None:
-                    pos = len(buf)
-                    break
-                pos = stopped
-                continue
-            state = self._state
-            match = find_marker(buf, pos, self._markers(), final)
-            end = len(buf) if match is None else match.pos
-            if end > pos:
-                self._take(buf[pos:end], out)
-                pos = end
-                if self._state != state:
-                    continue  # a cap released the call: what follows is read with the new state's markers
-            if match is None or match.marker is None:
-                break
-            pos += len(match.marker.text)
-            self._on_marker(match.marker, out)
-        self._buf = buf[pos:]
-        return out
+                return []  # it may still be a role header: more text decides
+            self._buf = self._buf[pos:]
+        return super()._run(final)
 
     def _read_lead(self, buf: str, final: bool) -> int | None:
         """The very start of the output (`lead_recipient`): the rest of the first message's role
@@ -275,28 +221,13 @@ class HarmonyLexer(Reporting):
             return
         state = self._state
         if state == TEXT:
-            if self._lead == HOLD:
-                if _NOT_SPACE.search(text) is None:
-                    if self._hold(text):  # a flood of whitespace is not padding
-                        self._lead = KEEP
-                        out.append(Text(self._take_ws()))
-                    return
-                text = self._take_ws() + text  # it separates this prose from what came before
-                self._lead = KEEP
-            out.append(Text(text))
+            self._lead_text(text, out)  # held whitespace separates this prose from what came before
         elif state == REASONING:
             out.append(ReasoningText(text))
         elif state in (CONTENT, VISIBLE):
             out.append(Text(text))
         elif state == ARGS:
-            if not self._args_sent:
-                text = text.lstrip()
-            body = text.rstrip()
-            if body:
-                out.append(CallArgs(self._take_ws() + body))
-                self._args_sent = True
-            if len(body) < len(text) and self._hold(text[len(body) :]):
-                out.append(CallArgs(self._take_ws()))
+            self._args_text(text, out)
         elif state == HEADER:
             self._raw_add(text)
             self._parts[self._part] += text
@@ -309,18 +240,6 @@ class HarmonyLexer(Reporting):
             self._raw_add(text)
             if self._raw_len > self._max_held:
                 self._release(out)
-
-    def _hold(self, ws: str) -> bool:
-        """Hold whitespace; True when more than max_held is held (the caller releases it)."""
-        self._ws.append(ws)
-        self._ws_len += len(ws)
-        return self._ws_len > self._max_held
-
-    def _take_ws(self) -> str:
-        ws = "".join(self._ws)
-        self._ws = []
-        self._ws_len = 0
-        return ws
 
     # -- transitions ---------------------------------------------------------------------------
 
@@ -398,12 +317,10 @@ class HarmonyLexer(Reporting):
         state = self._state
         self._lead = HOLD
         if state == ARGS:
-            if not self._args_sent:
-                out.append(CallArgs("{}"))
-            out.append(CallEnd())
+            self._close_args(out)
         elif state == HELD:
             body = "".join(self._raw[self._body_start :]).strip()
-            if not self._emit_verdict(out, self._name, body):
+            if not self._judged(out, self._name, body):
                 self._show(out, "".join(self._raw) + rest + closing)
                 self._lead = KEEP
         elif state == VISIBLE:
@@ -411,15 +328,6 @@ class HarmonyLexer(Reporting):
             self._lead = KEEP
         self._state = TEXT
         self._reset_message()
-
-    def _emit_verdict(self, out: list[Segment], name: str, arguments: str) -> bool:
-        """Ask the judge about a held call; emit it if it is one."""
-        calls = self.judge.verdict(compact_json({"name": name, "arguments": arguments}))
-        for call in calls or ():
-            out.append(CallBegin(self._scope.mint_call_id(), call.name))
-            out.append(CallArgs(call.arguments))
-            out.append(CallEnd())
-        return bool(calls)
 
     def _release(self, out: list[Segment]) -> None:
         """The message cannot be a call: shown as written; the rest of it follows as text."""
@@ -472,7 +380,7 @@ class HarmonyLexer(Reporting):
         self._raw_add(buf[pos:j])
         if what == CLOSED:
             arguments = "".join(self._raw[self._body_start :])
-            if self._emit_verdict(out, self._name, arguments):
+            if self._judged(out, self._name, arguments):
                 self._lead = HOLD
                 self._state = TEXT
                 self._reset_message()
@@ -491,15 +399,4 @@ class HarmonyLexer(Reporting):
         self._lead = KEEP
         self._reset_message()
 
-    # -- output --------------------------------------------------------------------------------
-
-    def _raw_add(self, text: str) -> None:
-        if text:
-            self._raw.append(text)
-            self._raw_len += len(text)
-
-    @staticmethod
-    def _show(out: list[Segment], text: str) -> None:
-        if text:
-            out.append(Text(text))
 
