@@ -260,8 +260,7 @@ def py_literal(value) -> str:
 # families, and shapes the older dialects now read otherwise (an orphan wrapper end after a bare
 # Qwen function, text between the calls of a section, GLM blocks with escaped separators, a
 # `functions.` recipient on Harmony's analysis channel).
-# This file's tests draw them (`new=True`); tests/test_differential.py, which compares the engine
-# with those lexers, draws without them.
+# This file's tests and the corpus of tests/test_dialect_corpus.py draw them (`new=True`).
 NEW_FAMILIES = ("granite", "nemotron", "command")
 NEW_MODELS = ("granite-3.3-8b-instruct", "granite-4.0-h-small", "NVIDIA-Nemotron-Nano-9B-v2", "Llama-3_3-Nemotron-Super-49B-v1_5", "command-a-03-2025")
 
