@@ -267,8 +267,6 @@ class ChatStreamRewriter(SseRewriter):
         if self._args is not None:
             out = self._args_read(raw)
             if out is not None:
-                if self._direct is None and self._echo.changed and self._args is not None:
-                    self._direct = self._args_read  # nothing to compare: reads straight from `feed`
                 return out
         elif self._quiet_frame is not None and self._quiet_read(raw) is not None:
             return [raw]
@@ -545,8 +543,7 @@ class ChatStreamRewriter(SseRewriter):
         finished = bool(parts) and parts[-1][0] in ("args", "call")
         lane = ArgsLane(frame, live_path(lexer), head, tail, before, after, held, finished)
         self._args = lane
-        if self._echo.changed:  # nothing to compare: the lane may take reads straight from `feed`
-            self._direct = self._args_read
+        self._direct = self._lane_direct(self._args_read)
 
     def _render_frame(self, raw: bytes, frame: Frame, choice: dict[str, Any], channel: tuple[str, ...], open_index: int | None) -> tuple | None:
         """The output of an event of `frame` (the event just read, `raw`), rendered by the full

@@ -728,8 +728,6 @@ class MessagesStreamRewriter(SseRewriter):
         if self._block is not None:
             out = self._block_read(raw)
             if out is not None:
-                if self._direct is None and self._echo.changed and self._block is not None:
-                    self._direct = self._block_read
                 return out
         elif self._quiet_frame is not None and self._quiet_read(raw):
             return [raw]
@@ -875,8 +873,7 @@ class MessagesStreamRewriter(SseRewriter):
             current is not None and source.open_call is None and not source.as_content and current.index == source.index and current.kind == source.kind
         )
         self._block = lane
-        if self._echo.changed:
-            self._direct = self._block_read
+        self._direct = self._lane_direct(self._block_read)
 
     def _block_read(self, raw: bytes) -> list[bytes] | None:
         lane = self._block

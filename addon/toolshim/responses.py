@@ -918,8 +918,6 @@ class ResponsesStreamRewriter(SseRewriter):
         if self._held is not None:
             out = self._held_read(raw)
             if out is not None:
-                if self._direct is None and self._echo.changed and self._held is not None:
-                    self._direct = self._held_read
                 return out
         elif self._quiet is not None and self._quiet_read(raw) is not None:
             return [raw]
@@ -1059,8 +1057,7 @@ class ResponsesStreamRewriter(SseRewriter):
         if lexer.idle and lane.text is None:
             return  # the full path (`passes_plain_delta`) takes plain text
         self._held = lane
-        if self._echo.changed:
-            self._direct = self._held_read
+        self._direct = self._lane_direct(self._held_read)
 
     def _named_as(self, raw: bytes) -> str | None:
         """The `event:` name of `raw` (what `_same_or_new` keeps of an incoming event)."""

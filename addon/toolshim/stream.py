@@ -296,6 +296,25 @@ class SseRewriter:
         out = self._framed(data, whole_tried)
         return [b"".join(out)] if len(out) > 1 else out
 
+    def _lane_direct(self, read: Callable[[bytes], list[bytes] | None]) -> Callable[[bytes], list[bytes] | None]:
+        """A lane whose events go out otherwise than they came (`read`, as `_on_block` calls it),
+        for `_direct`: until the echo check has decided, it gets each event and what went out for
+        it, as in the framed path."""
+        echo = self._echo
+        if echo.changed:
+            return read
+
+        def checked(raw: bytes) -> list[bytes] | None:
+            out = read(raw)
+            if out is not None:
+                echo.took(raw)
+                echo.gave(out)
+                if echo.changed and self._direct is checked:
+                    self._direct = read
+            return out
+
+        return checked
+
     def _through_direct(self, event: bytes) -> list[bytes] | None:
         """A whole event through the lane (`_direct`): what to send, or None (it said no: the
         framed path reads the event). No fields to carry (lanes take one-line events, or frames
@@ -312,18 +331,18 @@ class SseRewriter:
         return out
 
     def _through_direct_events(self, data: bytes) -> tuple[list[bytes], int]:
-        """Whole events of `data` through the lane while it takes them: what to send, and where
-        the events it did not take begin."""
+        """Whole events of `data` through the lane while there is one (an event it does not take
+        is framed and read alone, after which the lane may take the next): what to send, and
+        where the events not read yet begin."""
         out: list[bytes] = []
         at, size = 0, len(data)
-        while at < size and self._direct is not None:
+        while at < size and self._direct is not None and not self._waiting and not self._withheld:
             end = _event_end(data, at)
             if end < 0:
                 break
-            sent = self._through_direct(data[at:end])
-            if sent is None:
-                break
-            out += sent
+            event = data[at:end]
+            sent = self._through_direct(event)
+            out += self._framed(event) if sent is None else sent
             at = end
         return out, at
 
