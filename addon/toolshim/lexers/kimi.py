@@ -156,14 +156,14 @@ class KimiLexer(TokenLexer):
         self._held_size = 0
 
     def feed(self, text: str) -> list[Segment]:
-        if self._state == ARGS and self._args_sent and not self._buf and text and "<" not in text and not text[-1].isspace():
+        if self._state == ARGS and self._args_sent and not self._buf and not self._ws and text and "<" not in text and not text[-1].isspace():
             # The bulk of a tool-call stream. Arguments with no `<` (every marker starts with
-            # one) and no whitespace at the end (which `_run` would hold) go on as they came:
-            # what `_run` makes of them, without its search.
+            # one) and no whitespace at the end (which would be held) go on as they came: what
+            # `_run` makes of them, without its search.
             return [CallArgs(text)]
         self._buf += text
         out = self._run(final=False)
-        idle = self._state == TEXT and not self._buf and self._lead == KEEP  # `_ws` is unused
+        idle = self._state == TEXT and not self._buf and self._lead == KEEP  # `_ws` is held in ARGS only
         if idle != self.idle:
             self._report(idle)
         return out
@@ -197,7 +197,7 @@ class KimiLexer(TokenLexer):
             complete = match is not None and match.marker is not None
             end = len(buf) if match is None else match.pos
             maybe_marker = match is not None and self._state == TEXT  # a marker may begin at `end`
-            if not complete and not final and (self._state == ARGS or self._lead == HOLD or maybe_marker):
+            if not complete and not final and (self._lead == HOLD or maybe_marker):
                 # Whitespace at the end may be padding before the next marker: leave it unread
                 # until something else arrives (bounded, so a flood of spaces still flows).
                 # Also in front of a possible marker's beginning, as the other dialects do: sent
@@ -237,13 +237,7 @@ class KimiLexer(TokenLexer):
             self._lead = KEEP
             out.append(Text(text))
         elif state == ARGS:
-            if not self._args_sent:
-                text = text.lstrip()
-            if next_marker is not None or final:
-                text = text.rstrip()
-            if text:
-                out.append(CallArgs(text))
-                self._args_sent = True
+            self._args_text(text, out)
         elif state == HEADER:
             self._header += text
             self._raw.append(text)
@@ -262,6 +256,7 @@ class KimiLexer(TokenLexer):
 
     def _on_marker(self, marker: Marker, out: list[Segment]) -> None:
         kind, state = marker.kind, self._state
+        self._take_ws()  # whitespace at the end of live arguments: any marker drops it
         if state == VISIBLE:
             out.append(Text(marker.text))  # the call stays text, markers and all
             if kind == CALL_BEGIN:
