@@ -172,6 +172,17 @@ def test_llama3_bare_json_sample_is_not_detected_without_python_tag():
     assert llama(raw) == [Text(raw)]  # known limit: prose can hold the same JSON
 
 
+def test_llama_whitespace_alone_at_the_start_is_not_lost():
+    # found by review: the start held for a bare JSON call, then dropped at the end of the text
+    assert every_split(lambda t, pieces=None: llama(t, pieces=pieces, bare_json=True), "  \n ") == [Text("  \n ")]
+
+
+def test_llama_named_tag_cut_after_its_closing_quote_is_text():
+    # found by review: the quote held for the `>` that may follow it, then dropped at the end
+    text = 'Use <function name="bash"'
+    assert every_split(llama, text) == [Text(text)]
+
+
 def test_pythonic_sample_split_as_sglang_streams_it():
     pieces = ["Here's a call: ", "<|python_", "start|>[get_weather(location=", "'Tokyo', data=[1, 2", ", 3])]<|python_end|>"]
     lexer = llama_lexer(make_scope())

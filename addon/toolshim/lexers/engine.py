@@ -1515,17 +1515,17 @@ class LlamaCallsLexer(BlockLexer):
     def _end_block(self, out: list[Segment]) -> None:
         if self._state == FUNC_END:  # vLLM and llama.cpp accept a tag left open at the end
             self._close(out, 0, implied=True)
-        elif self._state != START:  # whitespace alone at the start: dropped
+        else:
             self._release(out)
 
     def _step_start(self, buf: str, i: int, limit: int, out: list[Segment]) -> int | None:
         """START: whitespace alone decides nothing; a `{` first is a tagged call without its tag."""
         end = _WS.match(buf, i).end()
-        if end == len(buf):
+        if end == len(buf) and not self._final:
             self._tail = buf[i:]
             return None
         self._state = TEXT
-        if buf[end] != "{":
+        if end == len(buf) or buf[end] != "{":  # the text ended, or began otherwise: TEXT reads it
             return i
         self._section = TAGGED
         self._begin(TAGGED)
@@ -1549,7 +1549,7 @@ class LlamaCallsLexer(BlockLexer):
             self._take(buf, end, end + len(close))
             self._state = FUNC_OPEN
             return end + len(close)
-        if self._name and close.startswith(buf[end:]):  # `"` at the end: the `>` may follow
+        if self._name and not self._final and close.startswith(buf[end:]):  # `"` at the end: the `>` may follow
             self._tail = buf[end:]
             return None
         return self._reject(out, end)
