@@ -362,6 +362,27 @@ class BlockLexer(Reporting):
             return True
         return False
 
+    def _opener(self, first: str, state: str, mark: bool = True) -> Step:
+        """A LIVE step: whitespace, then `first` begins the value (`state`; `mark`: it begins
+        here, `_value_at`); anything else is not a call (`[TOOL_CALLS] [see below]`, a
+        `<|python_tag|>` before code for Llama's own interpreter)."""
+
+        def step(buf: str, i: int, limit: int, out: list[Segment]) -> int | None:
+            end = _WS.match(buf, i, self._room(i, len(buf))).end()
+            self._take(buf, i, end)
+            if self._over_cap(out):
+                return end
+            if end == len(buf):
+                return None
+            if buf[end] != first:
+                return self._reject(out, end)
+            if mark:
+                self._value_at = self._size
+            self._state = state
+            return end
+
+        return step
+
     def _tag(self, buf: str, j: int, tags: tuple[str, ...]) -> Any:
         """`match_tag` to the end of `buf`; once the text has ended, a tag cut short is none."""
         tag = match_tag(buf, j, len(buf), tags)
@@ -1314,10 +1335,10 @@ class NamedCallsLexer(BlockLexer):
         self._inner = (b.args, b.call_id, b.open)
         return {
             CALLS: self._step_calls,
-            LIST_OPEN: self._opener(LIST),
+            LIST_OPEN: self._opener("{", LIST, mark=False),  # the list began at its `[`
             CALL_NAME: self._step_name,
             CALL_ID: self._step_id,
-            ARGS_OPEN: self._opener(ARGS),
+            ARGS_OPEN: self._opener("{", ARGS),
             LIST: self._step_value,
             ARGS: self._step_value,
         }
@@ -1359,25 +1380,6 @@ class NamedCallsLexer(BlockLexer):
             return self._reject(out, end)
         self._state = CALL_NAME
         return end
-
-    def _opener(self, state: str) -> Step:
-        """LIST_OPEN, ARGS_OPEN: whitespace, then the `{` of an object (`[see below]` is prose)."""
-
-        def step(buf: str, i: int, limit: int, out: list[Segment]) -> int | None:
-            end = _WS.match(buf, i, self._room(i, len(buf))).end()
-            self._take(buf, i, end)
-            if self._over_cap(out):
-                return end
-            if end == len(buf):
-                return None
-            if buf[end] != "{":
-                return self._reject(out, end)
-            if state == ARGS:
-                self._value_at = self._size
-            self._state = state
-            return end
-
-        return step
 
     def _step_name(self, buf: str, i: int, limit: int, out: list[Segment]) -> int | None:
         """NAME: name characters, then `{`, `args` or `call_id`."""
@@ -1604,24 +1606,6 @@ class LlamaCallsLexer(BlockLexer):
         if tag == b.function[0]:  # AFTER reads the next tag
             return self._close(out, end, implied=True)
         return self._reject(out, end)  # a value followed by prose is not a call
-
-    def _opener(self, first: str, state: str) -> Step:
-        """PY_OPEN, TAG_OPEN: whitespace after the token, then `first` begins the value."""
-
-        def step(buf: str, i: int, limit: int, out: list[Segment]) -> int | None:
-            end = _WS.match(buf, i, self._room(i, len(buf))).end()
-            self._take(buf, i, end)
-            if self._over_cap(out):
-                return end
-            if end == len(buf):
-                return None
-            if buf[end] != first:  # e.g. `<|python_tag|>` before code for Llama's own interpreter
-                return self._reject(out, end)
-            self._state = state
-            self._value_at = self._size
-            return end
-
-        return step
 
     def _verdict(self, text: str) -> Calls | None:
         state, value = self._state, text[self._value_at :]
