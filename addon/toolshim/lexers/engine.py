@@ -1,33 +1,32 @@
 """The dialect engine: one incremental lexer that reads any dialect described by a `Spec`.
 
-A spec names the markers that open a block in text and the kind of its body (`JsonCalls`,
-`XmlParams`, `KeyValues`, `NamedCalls`, with the strings of the dialect); `lexer(spec, scope)` makes the lexer
-that reads it. What every dialect shares is here once:
+A spec names its dialect and the kind of its body, with the dialect's strings: `JsonCalls`,
+`XmlParams`, `KeyValues`, `NamedCalls`, `LlamaCalls` (the body gives the markers that open a
+block in text); `lexer(spec, scope)` makes the lexer of one channel. What every body shares is
+here once (the special-token dialects, machines of their own, share tokens.py's):
 
-* Text outside blocks streams live; only a possible beginning of an opening marker is held
-  (`find_marker`).
-* A block is held, as written, until it closes; then the judge decides (declared names, strict
-  schemas, `scope.admit_all`): calls, or the block shown as text exactly as written. A block
-  that turns out not to be this dialect's (`<tool_call>` then something else) is released at
-  once. All or nothing: a block shown as text cannot lose a part of itself.
-* Padding, in one of two ways (the body kind's `_LIVE`). BLOCK: whitespace right before an
-  opening marker that is still unsent when the marker is read belongs to the block (unsent: in
-  the same piece, or held after a call or in front of a possible marker); whitespace sent
-  earlier stays sent. LIVE: whitespace before a marker streams as text; after a block, AFTER
-  reads what follows: a next block may begin without a marker (`_continues`), an end token
-  after calls is swallowed (`_trailers`), separators count as whitespace. Both: after a block
-  that became calls, whitespace is held: prose that follows gets it back in front, a next block
-  takes it as its padding, the end of the text drops it. A block that becomes calls drops its
-  padding; a block that stays text shows it.
+* Text outside blocks streams live; only a possible beginning of an opening marker is held.
+* A block is held as written until it closes, then judged (declared names, strict schemas,
+  `scope.admit_all`): calls, or the block shown as text exactly as written, all or nothing. A
+  block that turns out not to be this dialect's (`<tool_call>` then something else) is
+  released at once.
+* Padding, one of two ways (the body kind's `_LIVE`). BLOCK: whitespace right before an opening
+  marker that is still unsent when the marker is read (in the same piece, or held after a call
+  or before a possible marker) belongs to the block; whitespace sent earlier stays sent. LIVE:
+  whitespace before a marker streams as text; after a block, AFTER reads what follows: a next
+  block may begin without a marker (`_continues`), an end token after calls is swallowed
+  (`_trailers`), separators count as whitespace. Both: after calls whitespace is held (prose
+  that follows gets it back, a next block takes it as padding, the end of the text drops it); a
+  block that becomes calls drops its padding, one that stays text shows it.
 * The cap: `max_held` counts every character of a block, markers included; the block is
-  released at the same character however the text was split (no step reads past the cap).
-* Guarded closers: a body reader may read a closer and then wait for what follows it (PEND)
-  before it counts; the look-ahead is at most one tag.
+  released at the same character however the text was split.
+* Guarded closers: a body may read a closer and wait for what follows it (PEND) before it
+  counts; the look-ahead is at most one tag.
 * Without declared tools nothing can be a call: everything passes through at once.
 
-Each body kind is a subclass of `BlockLexer` that reads the body with one step per state; a step
-reads `buf` from a position up to `limit` and returns where reading goes on, or None: it waits
-for more text (`_wait`). Every character of a block is read once, plus a bounded look-ahead.
+Each body kind is a subclass of `BlockLexer` with one step per state: a step reads `buf` from a
+position up to `limit` and returns where reading goes on, or None: it waits for more text.
+Every character of a block is read once, plus a bounded look-ahead.
 """
 
 from __future__ import annotations
@@ -39,9 +38,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..calls import INVALID_JSON, SCHEMA_MISMATCH, STRICT_FAILURE, UNKNOWN_NAME, CallScope
-from ..judge import Calls, NotACall, ToolCallJudge, _properties, coerce_value, compact_json, judge_call, judge_entries, pythonic_entries
+from ..judge import Calls, NotACall, ToolCallJudge, _properties, call_entries, coerce_value, compact_json, judge_call, judge_entries, pythonic_entries
 from .base import CLOSED, MORE, STOP, WAIT, CallArgs, CallBegin, CallEnd, JsonScanner, Marker, Reporting, Segment, Text, TextPieces, excerpt, find_marker
-from ..judge import call_entries
 
 TEXT, AFTER = "text", "after"
 MAX_NAME = 256  # a function, parameter or key name longer than this is not a name
