@@ -1,16 +1,12 @@
 """DeepSeek tool-call markup: V3 / R1-0528, V3.1+, and the V3.2 / V4 DSML blocks.
 
-    V3, R1-0528: a type word, the name after the separator, the arguments in a fenced block
+    V3, R1-0528 (a type word, the name after the separator, fenced arguments):
     <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME
     ```json
     {...}
     ```<｜tool▁call▁end｜><｜tool▁calls▁end｜>
-
-    V3.1+: the name before the separator, bare JSON after it
-    <｜tool▁calls▁begin｜>
-    <｜tool▁call▁begin｜>NAME<｜tool▁sep｜>{...}<｜tool▁call▁end｜>
-    <｜tool▁calls▁end｜>
-
+    V3.1+ (the name before the separator, bare JSON after it):
+    <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>NAME<｜tool▁sep｜>{...}<｜tool▁call▁end｜><｜tool▁calls▁end｜>
     V3.2 (`function_calls`) and V4 (`tool_calls`), "DSML":
     <｜DSML｜function_calls>
     <｜DSML｜invoke name="NAME">
@@ -19,27 +15,17 @@
     </｜DSML｜invoke>
     </｜DSML｜function_calls>
 
-The bars are U+FF5C (fullwidth) and `▁` is U+2581, matched exactly: the same tags spelled with an
-ASCII `|` or a plain `_` are text (gateways that re-spell them are another dialect). Accepted as
-well: calls with no section around them, a call missing `<｜tool▁call▁end｜>` (the next call or
-the section end closes it), V3 arguments without the fence, a DSML invoke whose body is a JSON
-object instead of parameters (SGLang's "format 2"), a DSML parameter without `string=`. Values
-are typed by the tool's schema before the `string=` mark (`_parameter_value`): a value whose
-schema admits no string is typed even when marked string. In a
-reasoning channel (`reasoning=True`) a `</think>` after a section ends the reasoning, as in the
-Kimi dialect: DeepSeek-V4 opens DSML blocks before its `</think>` (vLLM PR #46079).
+The bars are U+FF5C and `▁` is U+2581, matched exactly (an ASCII `|` or `_` is text). Accepted
+as well: calls with no section around them, a call missing its end (the next call or the
+section end closes it), V3 arguments without the fence, a DSML invoke whose body is a JSON
+object (SGLang's "format 2"), a DSML parameter without `string=`. DSML values are typed by the
+tool's schema before the `string=` mark (`_parameter_value`). In a reasoning channel a
+`</think>` after a section ends the reasoning (DeepSeek-V4 opens DSML before it: vLLM #46079).
 
-What streams and what is held:
-
-* V3.1 arguments of a non-strict tool stream live, as Kimi's do: the name is final at the
-  separator and the arguments are the model's raw JSON up to the call end.
-* V3 fenced arguments are held until the call ends: the fence has to come off both ends, and a
-  fence-less or torn call must be shown as it was written. A call is small; holding it also
-  lets `ToolCallJudge` repair and validate it.
-* DSML invokes are held until `</｜DSML｜invoke>`: the arguments are rebuilt as one JSON object
-  from the parameters, a `string="false"` value has to be complete to be read, and the judge
-  validates the result. Each invoke becomes a call as soon as it closes.
-* A strict tool's call is always held and validated before anything is emitted (V3.1 too).
+V3.1 arguments of a non-strict tool stream live (the name is final at the separator). Held
+until the call ends, then judged: V3 fenced arguments (the fence comes off both ends; a torn
+call must be shown as written), a strict tool's call, and each DSML invoke (its arguments
+rebuilt as one JSON object from its parameters; a call as soon as it closes).
 
 States (`_state`), and what moves between them:
 
@@ -57,23 +43,16 @@ States (`_state`), and what moves between them:
     INVOKE  --invoke end-----> BLOCK (a call, or the invoke as text)
     INVOKE  --held more than max_held--> INVOKE_VISIBLE --invoke end--> BLOCK
 
-Text and padding (split-invariant: the output depends on the text, never on its pieces):
-
-* Text outside markup passes as it comes; only a possible marker beginning is held. That
-  includes whitespace in front of a section (trimming it would depend on whether it came in
-  the same piece as the marker) and closing markers found outside any section.
-* Inside a section or block, whitespace between markup is padding. Until a call has been made
-  of the section it is kept aside with the section's markup (`_pad`): if no call comes of the
-  section, all of it is shown exactly as written; once a call is made it is dropped. Other text
-  inside a section is shown, with the whitespace around it.
-* After a section (or a lone call) that made calls, whitespace is held: prose that follows
-  gets it back, the next section takes it as padding, the end of the text drops it.
-* A call that does not become a call (undeclared name, `scope.admit` refused, strict failure,
-  cut off, over `max_held`) is shown as text exactly as written, markers included.
-* `finish()`: a live call is closed (`{}` when no argument came); a held call becomes a call
-  if what it holds is complete (a DSML invoke needs its `</｜DSML｜invoke>`); anything else held
-  is text. The lexer is then back in its initial state, ready for another channel.
-* Without declared tools nothing can be a call: the lexer passes everything through at once.
+Text and padding (the output depends on the text, never on its pieces): text outside markup
+passes as it comes, whitespace in front of a section and stray closers included. Inside a
+section or block, whitespace between markup is padding: kept aside with the section's markup
+(`_pad`) until a call is made of it (then dropped), shown as written if none is; other text in
+a section is shown with the whitespace around it. After calls, whitespace is held (prose gets
+it back, the next section takes it, the end drops it). A call that does not become one
+(undeclared, not admitted, strict failure, cut off, over `max_held`) is text exactly as
+written. `finish()`: a live call is closed (`{}` when no argument came), a held call is judged
+if complete (an invoke needs its end), anything else held is text; the lexer is as new. Without
+declared tools everything passes through at once.
 """
 
 from __future__ import annotations

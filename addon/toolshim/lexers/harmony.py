@@ -5,28 +5,21 @@
     <|start|>assistant<|channel|>final<|message|>the answer<|return|>
 
 A message is a header (role, `<|channel|>` and its name, an optional recipient `to=…`, an
-optional `<|constrain|>json`), `<|message|>`, a body, and `<|end|>`, `<|call|>` or `<|return|>`.
-The first message of an answer has no `<|start|>assistant`: the prompt ended with it. So with
-`lead_recipient` (the registry sets it for models named gpt-oss) the very start of the text may
-be the rest of that role header: ` to=functions.NAME<|channel|>commentary json<|message|>{…}`
-(whitespace, `to=`, a recipient, whitespace, then `<|channel|>`; held until that is decided,
-at most MAX_HEADER long). Anywhere else such text is prose.
+optional `<|constrain|>json`), `<|message|>`, a body, and `<|end|>`, `<|call|>` or `<|return|>`
+(stop tokens, often missing: a message also ends where the next begins, or at the end). The
+first message has no `<|start|>assistant` (the prompt ended with it), so with `lead_recipient`
+(set for models named gpt-oss) the very start of the text may be the rest of that role header,
+` to=functions.NAME<|channel|>…`: held until that is decided, at most MAX_HEADER long.
 
-* `analysis` is reasoning: its body streams live as `ReasoningText` (base.py's, see below).
-* A recipient `to=functions.NAME` (in the channel header, or in the role header:
-  `<|start|>assistant to=functions.NAME<|channel|>commentary …`) makes the message a call to
-  NAME when NAME is a declared tool (`functions.` is stripped). A non-strict tool's arguments
-  stream live, like Kimi's; on any channel (`analysis` too: vLLM's Harmony parsing makes
-  every `functions.` recipient a call whatever the channel); a strict tool's are held and validated by `ToolCallJudge`. Any
-  other recipient (undeclared, or a built-in such as `browser.search`) keeps the whole message
-  visible as text, exactly as written.
-* `final`, `commentary` without a recipient (a preamble meant for the user) and any other
-  channel are content: the body streams live as `Text`. Before the first such body the lexer
-  emits `ReasoningEnd` once, so that a reasoning channel carrying Harmony text puts the answer
-  in content (in a content channel it changes nothing).
-* The header itself is markup, dropped once the message is recognised.
-* `<|call|>` and `<|return|>` are stop tokens and often missing: a message also ends where the
-  next one begins (`<|start|>` or `<|channel|>` inside a body), or at the end of the text.
+* `analysis` is reasoning: its body streams live as `ReasoningText` (re-exported here).
+* A recipient `to=functions.NAME` (in the channel or the role header) on any channel (vLLM's
+  Harmony parsing) makes the message a call when NAME is a declared tool: a non-strict tool's
+  arguments stream live, a strict tool's are held and judged. Any other recipient (undeclared,
+  or a built-in such as `browser.search`) keeps the whole message as text, exactly as written.
+* `final`, `commentary` without a recipient (a preamble for the user) and other channels are
+  content: the body streams live as `Text`, after one `ReasoningEnd` before the first such
+  body (a reasoning channel carrying Harmony text puts the answer in content).
+* The header is markup, dropped once the message is recognised.
 
 States (`_state`), and what moves between them:
 
@@ -43,29 +36,20 @@ States (`_state`), and what moves between them:
     HELD      --more than max_held held-----------> VISIBLE
     (stripped=True) TEXT --`commentary to=functions.` …--> STRIPPED_HEAD --`{`--> STRIPPED_JSON --`}`--> TEXT
 
-Whitespace right after a message that was markup (any but VISIBLE) is held: prose that
-follows gets it back, the next message and the end of the text drop it. In ARGS leading and
-trailing whitespace of the arguments is dropped (trailing whitespace is held until more
-arguments follow). `finish()`: a live call is closed (`{}` when no argument came), a held call
-becomes a call if its JSON is a complete object for the tool, a header cut short is shown as
-text, a marker cut in half at the end of a body is dropped; then the lexer is back in its
-initial state.
+Whitespace after a message that was markup (any but VISIBLE) is held: prose gets it back, the
+next message and the end drop it. `finish()`: a live call is closed (`{}` when no argument
+came), a held call is judged, a header cut short is text, a marker cut in half at the end of a
+body is dropped; the lexer is then as new.
 
-**The stripped form** (`stripped=True`, off by default). Upstreams that decode with
-`skip_special_tokens` send `commentary to=functions.get_weather json{"city":"Paris"}`: every
-`<|…|>` is gone, so nothing marks where reasoning ends, where a header ends or whether the
-words are the model's prose. With the flag on, `commentary to=functions.`,
-`assistantcommentary to=functions.` and `assistant to=functions.` followed by a declared
-tool's name (possibly glued to a stripped `commentary` or `json`), an optional `json` word and
-one complete JSON object become a call, validated by the judge; anything that does not fit
-that shape is released as text at the first character that does not fit. It stays off because
-it is a guess: prose quoting the syntax would become a call, the analysis text before it
-(`analysisI'm thinking…`) cannot be told from content and stays text, and every piece of text
-ending in `a` or `c` is held one piece longer (a possible marker beginning). Note that the Chat
-rewriter's fast path passes events with no `<` straight through while nothing is held, so
-with the flag on that fast path has to be off for the stripped form to be seen at all.
-
-Analysis text is `base.ReasoningText` (re-exported here), the segment the `<think>` split uses.
+**The stripped form** (`stripped=True`, off by default): upstreams that decode with
+`skip_special_tokens` send `commentary to=functions.get_weather json{"city":"Paris"}`. With the
+flag, `commentary to=functions.`, `assistantcommentary to=functions.` or `assistant
+to=functions.`, a declared tool's name (maybe glued to a stripped `commentary` or `json`), an
+optional `json` and one complete JSON object become a call, judged; anything else is text from
+the first character that does not fit. It stays off because it is a guess: prose quoting the
+syntax would become a call, the analysis text before it (`analysisI'm thinking…`) cannot be
+told from content, every piece ending in `a` or `c` is held one piece longer, and the Chat
+rewriter's fast path (events with no `<`) would have to be off for it to be seen at all.
 """
 
 from __future__ import annotations
