@@ -269,3 +269,25 @@ def test_the_lanes_are_taken(monkeypatch):
         events = by_event(body)
         rewrite(api, context, events, True, monkeypatch)
         assert parsed["events"] < len(events) / 2, (name, parsed, len(events))
+
+
+def test_a_rewriter_in_a_lane_is_freed_by_reference_counting():
+    """No rewriter holds itself (a lane taken from `feed` is a function called with it): freed
+    when its flow lets go of it, not at the garbage collector's next full collection."""
+    import gc
+    import weakref
+
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        for name, api, context, body in lane_streams():
+            rewriter = REWRITERS[api](copy.deepcopy(context))
+            for event in by_event(body):
+                rewriter.feed(event)
+            rewriter.close()
+            ref = weakref.ref(rewriter)
+            del rewriter
+            assert ref() is None, name
+    finally:
+        if enabled:
+            gc.enable()

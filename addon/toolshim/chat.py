@@ -543,7 +543,7 @@ class ChatStreamRewriter(SseRewriter):
         finished = bool(parts) and parts[-1][0] in ("args", "call")
         lane = ArgsLane(frame, live_path(lexer), head, tail, before, after, held, finished)
         self._args = lane
-        self._direct = self._lane_direct(self._args_read)
+        self._direct = self._lane_direct(type(self)._args_read)
 
     def _render_frame(self, raw: bytes, frame: Frame, choice: dict[str, Any], channel: tuple[str, ...], open_index: int | None) -> tuple | None:
         """The output of an event of `frame` (the event just read, `raw`), rendered by the full

@@ -873,7 +873,7 @@ class MessagesStreamRewriter(SseRewriter):
             current is not None and source.open_call is None and not source.as_content and current.index == source.index and current.kind == source.kind
         )
         self._block = lane
-        self._direct = self._lane_direct(self._block_read)
+        self._direct = self._lane_direct(type(self)._block_read)
 
     def _block_read(self, raw: bytes) -> list[bytes] | None:
         lane = self._block

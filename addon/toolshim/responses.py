@@ -1012,7 +1012,7 @@ class ResponsesStreamRewriter(SseRewriter):
         texts = source.piece.texts.get(key)
         if frame is not None and texts is not None:
             self._quiet = QuietLane(frame, quiet_reader(frame, texts, core))
-            self._direct = self._quiet_direct
+            self._direct = type(self)._quiet_direct
 
     def _quiet_read(self, raw: bytes) -> bool | None:
         """True when `raw` is a plain text delta `passes_plain_delta` would pass (its text is
@@ -1057,7 +1057,7 @@ class ResponsesStreamRewriter(SseRewriter):
         if lexer.idle and lane.text is None:
             return  # the full path (`passes_plain_delta`) takes plain text
         self._held = lane
-        self._direct = self._lane_direct(self._held_read)
+        self._direct = self._lane_direct(type(self)._held_read)
 
     def _named_as(self, raw: bytes) -> str | None:
         """The `event:` name of `raw` (what `_same_or_new` keeps of an incoming event)."""

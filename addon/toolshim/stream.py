@@ -28,6 +28,8 @@ from .sse import SseFramer, is_one_data_line
 
 # The lanes, on by default; an instance's `lanes = False` turns them off (the differential tests).
 LANES = True
+# A lane taken straight from `feed`: (the rewriter, a read of one event) -> what to send, or None.
+Direct = Callable[["SseRewriter", bytes], "list[bytes] | None"]
 
 # `id:` and `retry:` lines of an event (an `id` line may have no colon). They are state of the
 # client's EventSource (the last event id, the reconnection delay), not part of the data.
@@ -115,7 +117,7 @@ def plain_body(body: bytes) -> bool:
     return not (34 in body or 60 in body or 91 in body or 10 in body or 13 in body or (92 in body and body.find(b"\\u003") >= 0))
 
 
-def quiet_lane(frame: Frame, echo: EchoCheck, refuse: bytes | None = None) -> Callable[[bytes], list[bytes] | None]:
+def quiet_lane(frame: Frame, echo: EchoCheck, refuse: bytes | None = None) -> Direct:
     """A read of one plain text event of `frame`, taken straight from `feed` while the echo check
     holds nothing: the read as it came, or None (the framed path reads it). `refuse`: a body
     beginning with it is read in full too. A closure, with the fewest lookups on the commonest
@@ -124,15 +126,15 @@ def quiet_lane(frame: Frame, echo: EchoCheck, refuse: bytes | None = None) -> Ca
     start, end = len(head), len(tail)
     mirrored = frame.mid is not None
 
-    def direct(data: bytes) -> list[bytes] | None:
+    def direct(_rewriter: SseRewriter, data: bytes) -> list[bytes] | None:
         if echo._unsent or echo._assembly is not None:
             return None
         if mirrored:
             body = frame.split(data)
             if body is None:
                 return None
-        elif len(data) < fixed or not data.startswith(head) or not data.endswith(tail):
-            return None
+        elif len(data) < fixed or not data.startswith(head) or not data.endswith(tail) or data.find(b"\n", start, len(data) - end) >= 0:
+            return None  # (several events: a line end inside, found without a copy)
         else:
             body = data[start : len(data) - end]
         if 34 in body or 60 in body or 91 in body or 10 in body or 13 in body or (92 in body and body.find(b"\\u003") >= 0):
@@ -254,8 +256,11 @@ class SseRewriter:
         self._passes_whole_reads = False
         self.lanes = LANES
         # Set by a subclass: the lane a read of one whole event takes from `feed` (it returns
-        # the events to send, or None: the event takes the framed path).
-        self._direct: Callable[[bytes], list[bytes] | None] | None = None
+        # the events to send, or None: the event takes the framed path). A function called with
+        # the rewriter, never a bound method or a closure holding it: a rewriter in a cycle
+        # with itself is freed by the garbage collector only (its full collections, which cost
+        # the proxy as much as the lanes save).
+        self._direct: Direct | None = None
 
     @property
     def changed(self) -> bool:
@@ -269,7 +274,7 @@ class SseRewriter:
             # One event, as a model's pace has it (`_through_direct`, inline): a lane takes no
             # read of several (its string may hold no line end, nor a quote it does not decode).
             try:
-                out = self._direct(data)
+                out = self._direct(self, data)
             except Exception as exc:  # as `_on_block_failing_open` fails
                 self._direct = None
                 self.failure = exc
@@ -296,23 +301,24 @@ class SseRewriter:
         out = self._framed(data, whole_tried)
         return [b"".join(out)] if len(out) > 1 else out
 
-    def _lane_direct(self, read: Callable[[bytes], list[bytes] | None]) -> Callable[[bytes], list[bytes] | None]:
-        """A lane whose events go out otherwise than they came (`read`, as `_on_block` calls it),
-        for `_direct`: until the echo check has decided, it gets each event and what went out for
-        it, as in the framed path."""
-        echo = self._echo
-        if echo.changed:
+    def _lane_direct(self, read: Direct) -> Direct:
+        """A lane whose events go out otherwise than they came (`read`, the method `_on_block`
+        calls, unbound), for `_direct`: until the echo check has decided, it gets each event and
+        what went out for it, as in the framed path."""
+        if self._echo.changed:
             return read
 
-        def checked(raw: bytes) -> list[bytes] | None:
-            out = read(raw)
+        def checked(rewriter: SseRewriter, raw: bytes) -> list[bytes] | None:
+            out = read(rewriter, raw)
             if out is not None:
+                echo = rewriter._echo
                 echo.took(raw)
                 echo.gave(out)
-                if echo.changed and self._direct is checked:
-                    self._direct = read
+                if echo.changed and getattr(rewriter._direct, "lane", None) is read:
+                    rewriter._direct = read
             return out
 
+        checked.lane = read  # type: ignore[attr-defined]
         return checked
 
     def _through_direct(self, event: bytes) -> list[bytes] | None:
@@ -320,7 +326,7 @@ class SseRewriter:
         framed path reads the event). No fields to carry (lanes take one-line events, or frames
         without fields), the echo check decided or idle (the lane's to check)."""
         try:
-            out = self._direct(event)
+            out = self._direct(self, event)
         except Exception as exc:  # as `_on_block_failing_open` fails
             self._direct = None
             self.failure = exc
