@@ -8,6 +8,10 @@ one thread, and CPU time does not count the waits for a core that a shared machi
     a request that needs nothing                  the work after that parse, median
     in-process state                              entries and bytes after many more records
                                                   than its bounds allow
+    remembering a turn                            reading what the client was given (a Kimi
+                                                  stream's mirrored reasoning in 4-character
+                                                  deltas) at the end of a stream: time per
+                                                  byte, 1 MB vs 1 KB of reasoning
 
 Run alone with `.venv/bin/python bench/request_repairs.py`, or as part of `bench/run.py`.
 """
@@ -90,6 +94,19 @@ def state_bounds(records: int) -> tuple[int, int, LocalStore]:
     return len(store), store.stats.bytes, store
 
 
+def remembering_seconds_per_byte(size: int) -> float:
+    """`turns_given` of a Chat stream whose reasoning is `size` characters in 4-character deltas
+    (`reasoning_content` and `reasoning` mirrored, as Kimi's servers send them), per character."""
+    delta = b'data: {"choices":[{"index":0,"delta":{"reasoning_content":"abcd","reasoning":"abcd"}}]}\n\n'
+    body = delta * (size // 4) + b"data: [DONE]\n\n"
+    rounds = max(1, (1 << 20) // size)
+    start = time.thread_time()
+    for _ in range(rounds):
+        [turn] = turns_given(CHAT, body)
+    assert len(turn.reasoning["reasoning_content"]) == size // 4 * 4
+    return (time.thread_time() - start) / rounds / size
+
+
 def run(quick: bool = False) -> list[Row]:
     rounds = 15 if quick else 60
     body, store = kimi_history()
@@ -97,10 +114,12 @@ def run(quick: bool = False) -> list[Row]:
     plain = orjson.dumps({**orjson.loads(body), "model": "llama-3.3-70b"})
     nothing = untouched_seconds(plain, rounds)
     entries, held, bounded = state_bounds(20_000 if quick else 100_000)
+    small, large = remembering_seconds_per_byte(1 << 10), remembering_seconds_per_byte(1 << 20)
     return [
         Row("requests", f"repair of a 200-message, {len(body) / 1e6:.1f} MB Kimi history ({changes} changes: reasoning, ids), added after the parse, median", f"{repair * 1e3:.2f} ms", "<= 1 ms", repair <= 1e-3),
         Row("requests", "the parse that decides (made for every LLM request, before and without repairs), median", f"{parse * 1e3:.2f} ms"),
         Row("requests", "a request to a model that needs nothing: work after the parse (no re-serialisation, byte for byte)", f"{nothing * 1e6:.1f} us", "no re-serialisation", True),
+        Row("scaling", "remembering what the client was given (a Kimi stream's reasoning, 4-character deltas): time per byte, 1 MB vs 1 KB", f"{large * 1e9:.0f} ns vs {small * 1e9:.0f} ns = {large / small:.2f}x", "<= 1.3x", large / small <= 1.3),
         Row("requests", f"in-process state after {bounded.stats.evicted + entries:,} records of 2 KB (bounds 10,000 entries, 8 MB)", f"{entries:,} entries, {held / 2**20:.1f} MB", "<= the bounds", entries <= 10_000 and held <= 8 << 20),
     ]
 

@@ -9,7 +9,7 @@ import orjson
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from toolshim.apis import CHAT, RESPONSES
+from toolshim.apis import CHAT, MESSAGES, RESPONSES
 from toolshim.backends import REPAIRS, RepairPolicy, backend_for
 from toolshim.history import KIMI_ID, HistoryRepair
 from toolshim.memory import KeyMaker, LocalStore, turns_given
@@ -321,3 +321,39 @@ def test_messages_repairs_never_raise_and_a_second_pass_changes_nothing(messages
     repaired(request, api=MESSAGES, model=model, placeholder="p" if placeholder else "")
     once = copy.deepcopy(request)
     assert repaired(request, api=MESSAGES, model=model, placeholder="p" if placeholder else "").changes == [] and request == once
+
+
+def test_a_stream_is_accumulated_as_the_sdks_do_it():
+    """Chat: texts, call pieces and OpenRouter's `reasoning_details` pieces (same index and type)
+    are concatenated; a detail's own list stays a list. Messages: a block's deltas are
+    concatenated; a block started again at an index starts over."""
+    body = sse_body([
+        chunk("k", {"reasoning_content": "Two ", "reasoning_details": [{"type": "reasoning.text", "index": 0, "text": "Two ", "format": "x", "tags": ["a"]}]}),
+        chunk("k", {"reasoning_content": "files.", "reasoning_details": [{"type": "reasoning.text", "index": 0, "text": "files.", "format": "y"}]}),
+        chunk("k", {"tool_calls": [{"index": 0, "id": "call_1", "function": {"name": "ls", "arguments": '{"a":'}}]}),
+        chunk("k", {"tool_calls": [{"index": 0, "function": {"arguments": "1}"}}], "content": "ok"}),
+    ])
+    [turn] = turns_given(CHAT, body)
+    assert turn.reasoning == {
+        "reasoning_content": "Two files.",
+        "reasoning_details": [{"type": "reasoning.text", "index": 0, "text": "Two files.", "format": "x", "tags": ["a"]}],
+    }
+    assert turn.calls == [("call_1", "ls", '{"a":1}')]
+    assert turn.text == "ok"
+
+    def event(data: dict) -> bytes:
+        return b"event: " + data["type"].encode() + b"\ndata: " + orjson.dumps(data) + b"\n\n"
+
+    thinking = {"type": "content_block_start", "index": 0, "content_block": {"type": "thinking", "thinking": ""}}
+    body = b"".join([
+        event(thinking),
+        event({"type": "content_block_delta", "index": 0, "delta": {"type": "thinking_delta", "thinking": "lost"}}),
+        event(thinking),  # started again: what came before is not this block's
+        *(event({"type": "content_block_delta", "index": 0, "delta": {"type": "thinking_delta", "thinking": piece}}) for piece in ("Two ", "files.")),
+        event({"type": "content_block_delta", "index": 0, "delta": {"type": "signature_delta", "signature": "sig"}}),
+        event({"type": "content_block_start", "index": 1, "content_block": {"type": "tool_use", "id": "toolu_1", "name": "ls", "input": {}}}),
+        *(event({"type": "content_block_delta", "index": 1, "delta": {"type": "input_json_delta", "partial_json": piece}}) for piece in ('{"a"', ":1}")),
+    ])
+    [turn] = turns_given(MESSAGES, body)
+    assert turn.reasoning == {"blocks": [{"type": "thinking", "thinking": "Two files.", "signature": "sig"}]}
+    assert turn.calls == [("toolu_1", "ls", {"a": 1})]

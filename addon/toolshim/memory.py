@@ -200,7 +200,9 @@ def _chat_message_turn(message: Any) -> GivenTurn:
 
 
 def _chat_stream_turns(events: Iterable[Any]) -> list[GivenTurn]:
-    """Accumulate each choice of a Chat stream the way the SDKs do."""
+    """Accumulate each choice of a Chat stream the way the SDKs do. Texts are kept as pieces and
+    joined once at the end: adding each delta to a growing string copies the string every time,
+    which is quadratic in a long reasoning (1 MB took seconds, on the proxy's event loop)."""
     choices: dict[Any, dict[str, Any]] = {}
     for chunk in events:
         if not isinstance(chunk, dict):
@@ -209,43 +211,60 @@ def _chat_stream_turns(events: Iterable[Any]) -> list[GivenTurn]:
             delta = choice.get("delta")
             if not isinstance(delta, dict):
                 continue
-            acc = choices.setdefault(choice.get("index", 0), {"calls": {}, "details": []})
-            for name in ("reasoning_content", "reasoning", "content"):
+            acc = choices.get(choice.get("index", 0))
+            if acc is None:
+                acc = choices[choice.get("index", 0)] = {"calls": {}, "details": [], **{name: [] for name in _CHAT_TEXTS}}
+            for name in _CHAT_TEXTS:
                 if isinstance(delta.get(name), str):
-                    acc[name] = acc.get(name, "") + delta[name]
+                    acc[name].append(delta[name])
             if isinstance(delta.get("reasoning_details"), list):
                 _merge_details(acc["details"], delta["reasoning_details"])
             for entry in _dicts(delta.get("tool_calls")):
-                call = acc["calls"].setdefault(entry.get("index", len(acc["calls"])), ["", "", ""])
+                call = acc["calls"].setdefault(entry.get("index", len(acc["calls"])), ([], [], []))
                 function = entry.get("function") if isinstance(entry.get("function"), dict) else {}
-                for slot, piece in enumerate((entry.get("id"), function.get("name"), function.get("arguments"))):
+                for pieces, piece in zip(call, (entry.get("id"), function.get("name"), function.get("arguments"))):
                     if isinstance(piece, str):
-                        call[slot] += piece
+                        pieces.append(piece)
     turns = []
     for acc in choices.values():
-        message = {name: acc.get(name) for name in ("reasoning_content", "reasoning", "content")}
-        message["reasoning_details"] = acc["details"]
-        message["tool_calls"] = [{"id": i, "function": {"name": n, "arguments": a}} for i, n, a in acc["calls"].values()]
+        message: dict[str, Any] = {name: "".join(acc[name]) if acc[name] else None for name in _CHAT_TEXTS}
+        message["reasoning_details"] = [_joined(detail) for detail in acc["details"]]
+        message["tool_calls"] = [{"id": "".join(i), "function": {"name": "".join(n), "arguments": "".join(a)}} for i, n, a in acc["calls"].values()]
         turns.append(_chat_message_turn(message))
     return turns
 
 
+_CHAT_TEXTS = ("reasoning_content", "reasoning", "content")
+
+
 def _merge_details(details: list[dict], pieces: list[Any]) -> None:
     """OpenRouter-style `reasoning_details` stream as pieces that share an `index`: their text
-    fields are concatenated, as the clients that keep them do."""
+    fields are concatenated, as the clients that keep them do (as lists of pieces until
+    `_joined`)."""
     for piece in pieces:
         if not isinstance(piece, dict):
             continue
         index = piece.get("index")
         same = next((d for d in details if index is not None and d.get("index") == index and d.get("type") == piece.get("type")), None)
         if same is None:
-            details.append(dict(piece))
+            details.append({name: _Pieces([value]) if isinstance(value, str) and name not in _DETAIL_KEYS else value for name, value in piece.items()})
             continue
         for name, value in piece.items():
-            if isinstance(value, str) and isinstance(same.get(name), str) and name not in ("type", "id", "format"):
-                same[name] += value
+            if isinstance(value, str) and type(same.get(name)) is _Pieces:
+                same[name].append(value)
             elif name not in same:
-                same[name] = value
+                same[name] = _Pieces([value]) if isinstance(value, str) and name not in _DETAIL_KEYS else value
+
+
+_DETAIL_KEYS = ("type", "id", "format")  # strings of a detail that name it rather than add to it
+
+
+class _Pieces(list):
+    """A text field's pieces, joined by `_joined` (a list of upstream's own stays a list)."""
+
+
+def _joined(detail: dict[str, Any]) -> dict[str, Any]:
+    return {name: "".join(value) if type(value) is _Pieces else value for name, value in detail.items()}
 
 
 def _responses_stream_output(events: Iterable[Any]) -> list[Any]:
@@ -280,19 +299,23 @@ def _responses_turns(output: Any) -> list[GivenTurn]:
 def _messages_stream_content(events: Iterable[Any]) -> list[dict[str, Any]]:
     """The content blocks of an Anthropic stream, accumulated as the SDKs do."""
     blocks: dict[Any, dict[str, Any]] = {}
+    pieces: dict[Any, dict[str, list[str]]] = {}  # the deltas' texts of each block
     for event in events:
         if not isinstance(event, dict):
             continue
         kind, index = event.get("type"), event.get("index")
         if kind == "content_block_start" and isinstance(event.get("content_block"), dict):
             blocks[index] = dict(event["content_block"])
+            pieces.pop(index, None)
         elif kind == "content_block_delta" and index in blocks and isinstance(event.get("delta"), dict):
-            delta, block = event["delta"], blocks[index]
+            delta, texts = event["delta"], pieces.setdefault(index, {})
             for name in ("text", "thinking", "signature", "partial_json"):
                 if isinstance(delta.get(name), str):
-                    block[name] = (block.get(name) or "") + delta[name]
+                    texts.setdefault(name, []).append(delta[name])
     content = []
-    for block in blocks.values():
+    for index, block in blocks.items():
+        for name, texts in pieces.get(index, {}).items():  # joined once (see `_chat_stream_turns`)
+            block[name] = (block.get(name) or "") + "".join(texts)
         if "partial_json" in block:
             try:
                 block["input"] = orjson.loads(block.pop("partial_json"))
