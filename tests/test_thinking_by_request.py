@@ -46,6 +46,10 @@ def test_what_the_request_says_about_thinking(request_body, said):
         ("moonshotai/Kimi-K2.5", {"thinking": {"type": "enabled"}}, True),
         ("Qwen/Qwen3-235B-A22B-Thinking-2507", {}, True),
         ("Qwen/Qwen3-8B", {"chat_template_kwargs": {"enable_thinking": True}}, True),
+        # Nemotron Nano 2 / Nemotron 3: the template ends with `<think>\n` when thinking is on
+        # (llama.cpp, chat-parsers nemotron_v2 / nemotron_v3: "thinking forced open").
+        ("nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B", {"chat_template_kwargs": {"enable_thinking": True}}, True),
+        ("nvidia/NVIDIA-Nemotron-Nano-9B-v2", {"chat_template_kwargs": {"enable_thinking": False}}, False),
         ("meta-llama/Llama-3.3-70B", {"reasoning_effort": "high"}, None),  # no template that opens it
         ("my-model-thinking", {}, True),
     ],
@@ -79,3 +83,16 @@ def test_the_option_still_overrides_and_refuses_other_values():
         tctx.configure(addon, toolshim_reasoning_preopened="no")
         context = addon._with_options(RequestContext.from_request({"model": "MiniMax-M2"}))
         assert context.reasoning_preopened is False
+
+
+def test_nemotron_thinking_then_its_call():
+    """Nemotron Nano 2 with thinking on: the output starts inside the block its template opened;
+    `</think>` ends it and the `<TOOLCALL>` list after it is the call (the Nano-v2 template's
+    format; llama.cpp's nemotron_v2 parser reads the same output)."""
+    tools = {"tools": [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}]}
+    request = {"chat_template_kwargs": {"enable_thinking": True}, **tools}
+    pieces = ["Oslo's weather", " is asked.\n</think>\n\n", '<TOOLCALL>[{"name": "get_weather", ', '"arguments": {"city": "Oslo"}}]</TOOLCALL>']
+    result = stream_content("nvidia/NVIDIA-Nemotron-Nano-9B-v2", request, pieces)
+    assert result["reasoning_content"].strip() == "Oslo's weather is asked."
+    assert result["content"].strip() == ""
+    assert [(c["name"], c["arguments"]) for c in result["tool_calls"]] == [("get_weather", '{"city":"Oslo"}')]

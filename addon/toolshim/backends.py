@@ -114,10 +114,12 @@ class RepairPolicy:
 # Chat templates that open the reasoning block in the prompt when thinking is on: the output
 # starts inside it and only `</think>` (or a call, DeepSeek V4) ends it. DeepSeek V3.1 / V3.2 /
 # V4 (`thinking`), GLM-4.5 and later (`enable_thinking`), MiniMax-M2 and later (always), Kimi
-# K2-Thinking and K2.5 (`thinking`), Qwen3 thinking and Qwen3.5 (`enable_thinking`). A template
+# K2-Thinking and K2.5 (`thinking`), Qwen3 thinking and Qwen3.5 (`enable_thinking`), NVIDIA
+# Nemotron Nano 2 and Nemotron 3 (their templates end the prompt with `<think>\n` when thinking is
+# on: llama.cpp's nemotron_v2 / nemotron_v3 chat formats read such output as opened). A template
 # that leaves the tag to the model is read alike: an opening tag the model writes anyway is
 # dropped (lexers/think.py).
-_THINKING_TEMPLATES = re.compile(r"deepseek|glm-?4\.[5-9]|glm-?[5-9]|minimax-m|kimi|moonshot|k2|qwen3|qwq", re.I)
+_THINKING_TEMPLATES = re.compile(r"deepseek|glm-?4\.[5-9]|glm-?[5-9]|minimax-m|kimi|moonshot|k2|qwen3|qwq|nemotron", re.I)
 # Models whose name says they think whatever the request says: the templates that always open
 # the block (DeepSeek-R1, QwQ, Qwen3 Thinking, Qwen3.5/3.6) and the suffixes `-reasoner` and
 # `-thinking`. (A server that splits reasoning itself sends its reasoning field first, and then
