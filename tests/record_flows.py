@@ -906,6 +906,7 @@ GEMMA3 = "google/gemma-3-27b-it"  # in no dialect's model table: every dialect r
 GRANITE33 = "ibm-granite/granite-3.3-8b-instruct"
 NEMOTRON_NANO_V2 = "nvidia/NVIDIA-Nemotron-Nano-9B-v2"
 COMMAND_A = "CohereLabs/c4ai-command-a-03-2025"
+LLAMA33 = "meta-llama/Llama-3.3-70B-Instruct"
 
 
 def typed_tool(name: str, description: str, properties: dict[str, dict[str, Any]], required: list[str] | None = None) -> dict[str, Any]:
@@ -977,6 +978,7 @@ GLM_SPECIALS = ("<think>", "</think>", "<tool_call>", "</tool_call>", "<arg_key>
 MINIMAX_SPECIALS = ("<think>", "</think>", "<minimax:tool_call>", "</minimax:tool_call>")
 MISTRAL_SPECIALS = ("[TOOL_CALLS]", "[ARGS]", "[THINK]", "[/THINK]")
 LLAMA4_SPECIALS = ("<|python_start|>", "<|python_end|>")
+LLAMA3_SPECIALS = ("<|python_tag|>", "<|eom_id|>")
 DS_CALLS_BEGIN = "<｜tool▁calls▁begin｜>"
 DS_CALLS_END = "<｜tool▁calls▁end｜>"
 DS_CALL_BEGIN = "<｜tool▁call▁begin｜>"
@@ -1172,6 +1174,70 @@ def dialect_situations() -> list[Situation]:
                 '<TOOLCALL>[{"name": "read_lines", "arguments": {"path": "setup.py", "lines": [1, 20]}}]</TOOLCALL>',
                 NEMOTRON_SPECIALS,
                 usage=usage(455, 58),
+            ),
+        )
+    )
+
+    # gpt-oss whose chat template wrote `<|start|>assistant` itself: the output begins with the
+    # recipient, ` to=functions.NAME<|channel|>…` (the Harmony format guide's role-header form).
+    out.append(
+        stream(
+            "dialect_gpt_oss_recipient_at_start",
+            chat_request(GPT_OSS, "What's the weather in Madrid?", tools=[GET_WEATHER, GET_TIME]),
+            dialect_chunks(
+                GPT_OSS,
+                ' to=functions.get_weather<|channel|>commentary <|constrain|>json<|message|>{"city": "Madrid"}<|call|>',
+                HARMONY_SPECIALS,
+                usage=usage(201, 21),
+            ),
+        )
+    )
+
+    # gpt-oss calling a function from the analysis channel (the recipient names `functions.`).
+    out.append(
+        stream(
+            "dialect_gpt_oss_call_on_analysis",
+            chat_request(GPT_OSS, "What time is it in Madrid?", tools=[GET_WEATHER, GET_TIME]),
+            dialect_chunks(
+                GPT_OSS,
+                "<|channel|>analysis<|message|>The user wants the local time in Madrid.<|end|>"
+                "<|start|>assistant<|channel|>analysis to=functions.get_time <|constrain|>json"
+                '<|message|>{"timezone": "Europe/Madrid"}<|call|>',
+                HARMONY_SPECIALS,
+                usage=usage(203, 40),
+            ),
+        )
+    )
+
+    # Magistral (v13) writing `[TOOL_CALLS]` inside its thought: the thought keeps it; the call
+    # after `[/THINK]` is the call (vLLM's Mistral reasoning parser hands the tool parser only
+    # what follows `[/THINK]`).
+    out.append(
+        stream(
+            "dialect_mistral_tool_calls_in_think",
+            chat_request(MAGISTRAL, "What's the weather in Paris?", tools=[GET_WEATHER, GET_TIME]),
+            dialect_chunks(
+                MAGISTRAL,
+                '[THINK]I could write [TOOL_CALLS]get_time[ARGS]{"timezone": "Europe/Paris"} too, but only the weather was asked.[/THINK]'
+                '[TOOL_CALLS]get_weather[ARGS]{"city": "Paris"}',
+                MISTRAL_SPECIALS,
+                usage=usage(290, 48),
+            ),
+        )
+    )
+
+    # Llama 3.3 after `<|python_tag|>`: two JSON calls on separate lines (no `;`), then
+    # `<|eom_id|>` (vLLM's llama3_json skips any run of `; \t\n` between the objects).
+    out.append(
+        stream(
+            "dialect_llama_json_lines",
+            chat_request(LLAMA33, "Weather and local time in Oslo?", tools=[GET_WEATHER, GET_TIME]),
+            dialect_chunks(
+                LLAMA33,
+                '<|python_tag|>{"name": "get_weather", "parameters": {"city": "Oslo"}}\n'
+                '{"name": "get_time", "parameters": {"timezone": "Europe/Oslo"}}<|eom_id|>',
+                LLAMA3_SPECIALS,
+                usage=usage(310, 38),
             ),
         )
     )
