@@ -13,6 +13,7 @@ import ast
 import json
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -22,19 +23,10 @@ import jsonschema
 import orjson
 from jsonschema.exceptions import best_match
 
-from .calls import (
-    INVALID_JSON,
-    INVALID_SCHEMA,
-    REPAIRED_JSON,
-    SCHEMA_MISMATCH,
-    STRICT_FAILURE,
-    UNKNOWN_NAME,
-    CallScope,
-    excerpt,
-)
+from .calls import INVALID_JSON, INVALID_SCHEMA, REPAIRED_JSON, SCHEMA_MISMATCH, STRICT_FAILURE, UNKNOWN_NAME, CallScope, excerpt
 from .tools import ToolSpec
 
-_LONG_DIGITS = re.compile(r"\d{19}")  # a number orjson might read as a float (see _loads)
+_LONG_DIGITS = re.compile(r"\d{19}")  # a number orjson might read as a float (see loads_strict)
 # A block whose own quotes are escaped (`{\"name\": …`) was written inside a JSON string: the
 # model is quoting markup in prose, not calling. json_repair would unescape it into a call.
 _QUOTED_BLOCK = re.compile(r'\s*(?:\[\s*)?\{\s*\\"')
@@ -56,15 +48,10 @@ class ParsedCall:
 
 
 class _Rejected(Exception):
-    """The block is not a call; the problem kind and why, for the rewrite's notes."""
-
-    def __init__(self, problem: str, detail: str) -> None:
-        super().__init__(detail)
-        self.problem = problem
-        self.detail = detail
+    """The block is not a call; `args`: the problem kind and why, for the rewrite's notes."""
 
 
-_INVALID = object()  # what `_loads` / `_repair` return for text they cannot read
+_INVALID = object()  # what `loads_strict` / `_repair` return for text they cannot read
 
 
 class ToolCallJudge:
@@ -96,29 +83,24 @@ class ToolCallJudge:
         self._validators: dict[str, Any] = {}  # tool name -> validator, or None: not validated
 
     def verdict(self, block: str) -> list[ParsedCall] | None:
-        """The calls to emit for `block` (the text between the tags), admitted; None: text."""
-        calls = self.check(block)
-        if calls is None:
+        """The calls to emit for `block` (the text between the tags), admitted; None: text. Why
+        not is noted; what was repaired or did not fit, only for calls admitted."""
+        try:
+            calls = self._check(block)
+        except _Rejected as rejected:
+            self.scope.note(*rejected.args)
             return None
         if not self.scope.admit_all([call.name for call in calls]):
             return None
         for call in calls:
             for problem, detail in call.notes:
-                self._note(problem, detail)
+                self.scope.note(problem, detail)
         return calls
-
-    def check(self, block: str) -> list[ParsedCall] | None:
-        """Everything `verdict` checks except admission; failures are noted, None: text."""
-        try:
-            return self._check(block)
-        except _Rejected as rejected:
-            self._note(rejected.problem, rejected.detail)
-            return None
 
     def _check(self, block: str) -> list[ParsedCall]:
         if not self.scope.tools:
             raise _Rejected(UNKNOWN_NAME, "no tools were declared")
-        value = _loads(block)
+        value = loads_strict(block)
         repaired = value is _INVALID
         if repaired:
             if _QUOTED_BLOCK.match(block):  # found by tests/test_security.py: a quoted example became a call
@@ -146,15 +128,13 @@ class ToolCallJudge:
         if repaired and spec.strict:
             raise _Rejected(STRICT_FAILURE, f"{name}: the block is not valid JSON")
         notes: list[tuple[str, str]] = []
-        raw = entry.get("arguments")
-        if raw is None:
-            raw = entry.get("parameters")
+        raw = _arguments(entry)
         if raw is None or (isinstance(raw, str) and not raw.strip()):
             arguments, text = {}, "{}"
         elif isinstance(raw, dict):
             arguments, text = raw, compact_json(raw)
         elif isinstance(raw, str):
-            arguments, text = _loads(raw), raw  # the model's own bytes when they read as an object
+            arguments, text = loads_strict(raw), raw  # the model's own bytes when they read as an object
             if not isinstance(arguments, dict):
                 if spec.strict:
                     raise _Rejected(STRICT_FAILURE, f"{name}: arguments are not a JSON object")
@@ -179,7 +159,7 @@ class ToolCallJudge:
         if spec.name not in self._validators:
             validator, problem = _validator(spec.parameters)
             if problem:
-                self._note(INVALID_SCHEMA, f"{spec.name}: {problem}")
+                self.scope.note(INVALID_SCHEMA, f"{spec.name}: {problem}")
             self._validators[spec.name] = validator
         validator = self._validators[spec.name]
         if validator is None:
@@ -188,15 +168,18 @@ class ToolCallJudge:
             error = best_match(validator.iter_errors(arguments))
         except Exception as exc:  # e.g. a $ref that cannot be resolved: treat as no schema
             self._validators[spec.name] = None
-            self._note(INVALID_SCHEMA, f"{spec.name}: {excerpt(str(exc))}")
+            self.scope.note(INVALID_SCHEMA, f"{spec.name}: {excerpt(str(exc))}")
             return None
         if error is None:
             return None
         where = "/".join(str(p) for p in error.absolute_path)
         return excerpt(f"{where or '(root)'}: {error.message}")
 
-    def _note(self, problem: str, detail: str) -> None:
-        self.scope.note(problem, detail)
+
+def _arguments(entry: dict[str, Any]) -> Any:
+    """A call object's arguments: `arguments`, else `parameters` (Llama's, Command's)."""
+    arguments = entry.get("arguments")
+    return entry.get("parameters") if arguments is None else arguments
 
 
 def _validator(parameters: dict[str, Any] | None) -> tuple[Any, str | None]:
@@ -223,14 +206,23 @@ def _compiled_validator(key: bytes) -> tuple[Any, str | None]:
         return None, f"invalid parameters schema, not validated ({excerpt(reason)})"
 
 
-def loads_strict(text: str, invalid: Any) -> Any:
-    """Strict JSON, or `invalid` (shared by the dialects that read JSON values)."""
-    value = _loads(text)
-    return invalid if value is _INVALID else value
+def _refuse(literal: str) -> Any:
+    raise ValueError(f"{literal} is not JSON")
 
 
-def _loads(text: str) -> Any:
-    """Strict JSON, or `_INVALID`.
+def _finite_float(literal: str) -> float:
+    value = float(literal)
+    if math.isinf(value):
+        raise ValueError(f"{literal} is out of range")
+    return value
+
+
+_STRICT = json.JSONDecoder(parse_constant=_refuse, parse_float=_finite_float)  # no NaN, no infinities
+_DECODER = json.JSONDecoder(parse_constant=_refuse)  # `call_entries`: no NaN, no Infinity
+
+
+def loads_strict(text: str, invalid: Any = _INVALID) -> Any:
+    """Strict JSON, or `invalid` (shared by the dialects that read JSON values).
 
     orjson reads integers beyond 64 bits as floats, silently: text holding a run of 19 digits
     goes to the stdlib parser, which keeps them exact. The stdlib parser also takes what orjson
@@ -242,29 +234,18 @@ def _loads(text: str) -> Any:
         except orjson.JSONDecodeError:
             pass
     try:
-        return json.loads(text, parse_constant=_refuse, parse_float=_finite_float)
+        return _STRICT.decode(text)
     except (ValueError, RecursionError):
-        return _INVALID
+        return invalid
 
 
 def reads_as_json(text: str) -> bool:
     """One complete JSON value (the stdlib parser: no NaN, no infinities)."""
     try:
-        json.loads(text, parse_constant=_refuse, parse_float=_finite_float)
+        _STRICT.decode(text)
     except (ValueError, RecursionError):
         return False
     return True
-
-
-def _refuse(literal: str) -> Any:
-    raise ValueError(f"{literal} is not JSON")
-
-
-def _finite_float(literal: str) -> float:
-    value = float(literal)
-    if math.isinf(value):
-        raise ValueError(f"{literal} is out of range")
-    return value
 
 
 def _repair(text: str) -> Any:
@@ -291,7 +272,6 @@ def compact_json(value: Any) -> str:
 
 # -- call objects, the model's argument bytes kept -----------------------------------------------
 
-_DECODER = json.JSONDecoder(parse_constant=_refuse)
 _JSON_WS = re.compile(r"[ \t\n\r]*")
 
 
@@ -301,28 +281,16 @@ def call_entries(text: str) -> list[Any] | None:
     Each `"arguments"` / `"parameters"` value that is an object is replaced by its exact text,
     so that a verdict passes the model's bytes on. None: `text` is not strict JSON.
     """
+    entries: list[Any] = []
+
+    def read_entry(i: int) -> int:
+        entry, i = _entry(text, i)
+        entries.append(entry)
+        return i
+
     try:
         i = _JSON_WS.match(text).end()
-        if text.startswith("[", i):
-            entries: list[Any] = []
-            i = _JSON_WS.match(text, i + 1).end()
-            if text.startswith("]", i):
-                i += 1
-            else:
-                while True:
-                    entry, i = _entry(text, i)
-                    entries.append(entry)
-                    i = _JSON_WS.match(text, i).end()
-                    if text.startswith(",", i):
-                        i = _JSON_WS.match(text, i + 1).end()
-                    elif text.startswith("]", i):
-                        i += 1
-                        break
-                    else:
-                        return None
-        else:
-            entry, i = _entry(text, i)
-            entries = [entry]
+        i = _items(text, i + 1, "]", read_entry) if text.startswith("[", i) else read_entry(i)
         return entries if _JSON_WS.match(text, i).end() == len(text) else None
     except (ValueError, RecursionError):  # JSONDecodeError is a ValueError
         return None
@@ -332,10 +300,8 @@ def _entry(text: str, i: int) -> tuple[Any, int]:
     if not text.startswith("{", i):
         return _DECODER.raw_decode(text, i)
     entry: dict[str, Any] = {}
-    i = _JSON_WS.match(text, i + 1).end()
-    if text.startswith("}", i):
-        return entry, i + 1
-    while True:
+
+    def read_member(i: int) -> int:
         if not text.startswith('"', i):
             raise ValueError("a key must be a string")
         key, i = _DECODER.raw_decode(text, i)
@@ -344,16 +310,26 @@ def _entry(text: str, i: int) -> tuple[Any, int]:
             raise ValueError("':' expected")
         start = i = _JSON_WS.match(text, i + 1).end()
         value, i = _DECODER.raw_decode(text, i)
-        if key in ("arguments", "parameters") and isinstance(value, dict):
-            value = text[start:i]
-        entry[key] = value
-        i = _JSON_WS.match(text, i).end()
+        entry[key] = text[start:i] if key in ("arguments", "parameters") and isinstance(value, dict) else value
+        return i
+
+    return entry, _items(text, i + 1, "}", read_member)
+
+
+def _items(text: str, i: int, close: str, read: Callable[[int], int]) -> int:
+    """The items of a JSON array or object, from just after its opening bracket: `read(i)` reads
+    the one at `i` and returns where it ends. Returns the position after `close`."""
+    i = _JSON_WS.match(text, i).end()
+    if text.startswith(close, i):
+        return i + 1
+    while True:
+        i = _JSON_WS.match(text, read(i)).end()
         if text.startswith(",", i):
             i = _JSON_WS.match(text, i + 1).end()
-        elif text.startswith("}", i):
-            return entry, i + 1
+        elif text.startswith(close, i):
+            return i + 1
         else:
-            raise ValueError("',' or '}' expected")
+            raise ValueError(f"',' or '{close}' expected")
 
 
 def judge_entries(judge: ToolCallJudge, block: str) -> Calls | None:
@@ -370,9 +346,7 @@ def judge_entries(judge: ToolCallJudge, block: str) -> Calls | None:
     shown: list[Any] = []
     for entry in entries:
         if isinstance(entry, dict):
-            arguments = entry.get("arguments")
-            if arguments is None:
-                arguments = entry.get("parameters")
+            arguments = _arguments(entry)
             entry = {"name": entry.get("name")} | ({} if arguments is None else {"arguments": arguments})
         shown.append(entry)
     calls = judge.verdict(compact_json(shown))
