@@ -61,15 +61,9 @@ def _harmony(lexers: ScopeLexers, reasoning: bool) -> Lexer:
     return HarmonyLexer(lexers.scope.for_dialect("harmony"), max_held=lexers.max_held, lead_recipient=not reasoning and lexers.harmony_start)
 
 
-_HARMONY_MODELS = re.compile(r"gpt-oss|gpt_oss", re.I)
-
-
 def _llama(lexers: ScopeLexers, reasoning: bool) -> Lexer:
     # Llama 3.x's JSON calls without their tag, read only at the very start of a Llama's content
     return engine.lexer(specs.LLAMA, lexers.scope.for_dialect("llama"), max_held=lexers.max_held, bare_json=not reasoning and lexers.llama_bare_json)
-
-
-_LLAMA_MODELS = re.compile(r"llama|functionary", re.I)
 
 
 _KIMI_STARTS = ("<|tool_calls_section_begin|>", "<|tool_call_section_begin|>", "<|tool_call_begin|>")
@@ -79,7 +73,7 @@ _DEEPSEEK_STARTS = ("<\uff5ctool\u2581calls\u2581begin\uff5c>", "<\uff5ctool\u25
 DIALECTS: tuple[Dialect, ...] = (
     Dialect("kimi", re.compile(r"kimi|moonshot|k2", re.I), _kimi, _KIMI_STARTS, special_tokens=True, ends_reasoning=True),
     Dialect("deepseek", re.compile(r"deepseek", re.I), _deepseek, _DEEPSEEK_STARTS, special_tokens=True, ends_reasoning=True),
-    Dialect("harmony", _HARMONY_MODELS, _harmony, ("<|start|>", "<|channel|>"), special_tokens=True),
+    Dialect("harmony", re.compile(r"gpt-oss|gpt_oss", re.I), _harmony, ("<|start|>", "<|channel|>"), special_tokens=True),
     Dialect("mistral", re.compile(r"mistral|magistral|ministral|devstral|codestral|mixtral|pixtral", re.I), _spec(specs.MISTRAL), specs.MISTRAL.starts, special_tokens=True, ends_reasoning=True),
     # Hermes before the XML dialects: they share `<tool_call>`, and each takes only what follows
     # it in its own form (`{`, `<function=`, a name), releasing the rest at once.
@@ -92,7 +86,7 @@ DIALECTS: tuple[Dialect, ...] = (
     Dialect("qwen_xml", re.compile(r"qwen|nemotron", re.I), _spec(specs.QWEN_XML), specs.QWEN_XML.starts),
     Dialect("glm", re.compile(r"glm|zhipu|z-ai", re.I), _spec(specs.GLM), specs.GLM.starts),
     Dialect("minimax", re.compile(r"minimax", re.I), _spec(specs.MINIMAX), specs.MINIMAX.starts),
-    Dialect("llama", _LLAMA_MODELS, _llama, specs.LLAMA.starts),
+    Dialect("llama", re.compile(r"llama|functionary", re.I), _llama, specs.LLAMA.starts),
     Dialect("granite", re.compile(r"granite", re.I), _spec(specs.GRANITE), specs.GRANITE.starts),
     Dialect("nemotron", re.compile(r"nemotron", re.I), _spec(specs.NEMOTRON), specs.NEMOTRON.starts),
     Dialect("command", re.compile(r"command-a|command-r7b|c4ai-command|cohere", re.I), _spec(specs.COMMAND), specs.COMMAND.starts, reasoning_tags=(("<|START_THINKING|>", "<|END_THINKING|>"),)),
@@ -114,20 +108,19 @@ def starts_in_reasoning(context) -> bool:
     return bool(PREOPENED_MODELS.search(context.model))
 
 
-def reads_bare_json(context) -> bool:
-    """Llama's JSON calls without a tag: read only for models named Llama (prose holds JSON)."""
-    return any(d.name == "llama" for d in dialects_for(context.model, context.dialects)) and bool(_LLAMA_MODELS.search(context.model))
+def _reads_own_start(context, name: str) -> bool:
+    """Does dialect `name` read the start of the content with no marker in it? Only where it runs,
+    for a model its own pattern names: Llama's JSON calls without a tag (prose holds JSON), the
+    rest of gpt-oss's first role header (cut by the template)."""
+    dialect = next(d for d in DIALECTS if d.name == name)
+    return dialect in dialects_for(context.model, context.dialects) and bool(dialect.models.search(context.model))
 
 
 def reads_the_start(context) -> bool:
     """Must the start of the content be read even without a marker in it? (Reasoning that
-    starts pre-opened; a Llama's bare JSON call.) Then no fast path may skip it."""
-    return starts_in_reasoning(context) or reads_bare_json(context) or reads_harmony_start(context)
-
-
-def reads_harmony_start(context) -> bool:
-    """gpt-oss's first role header, cut by the template: read only for models named gpt-oss."""
-    return any(d.name == "harmony" for d in dialects_for(context.model, context.dialects)) and bool(_HARMONY_MODELS.search(context.model))
+    starts pre-opened; a Llama's bare JSON call; gpt-oss's role header.) Then no fast path may
+    skip it."""
+    return starts_in_reasoning(context) or _reads_own_start(context, "llama") or _reads_own_start(context, "harmony")
 
 
 def dialects_for(model: str, forced: tuple[str, ...] | None) -> tuple[Dialect, ...]:
@@ -148,8 +141,8 @@ class ScopeLexers:
         context = scope.context
         self._dialects = dialects_for(context.model, context.dialects)
         self.preopened = starts_in_reasoning(context)
-        self.llama_bare_json = reads_bare_json(context)
-        self.harmony_start = reads_harmony_start(context)
+        self.llama_bare_json = _reads_own_start(context, "llama")
+        self.harmony_start = _reads_own_start(context, "harmony")
         # The start of the content must be read even with no marker in it (the rewriters ask):
         # a Llama's bare JSON call, or the rest of gpt-oss's first role header.
         self.bare_json = self.llama_bare_json or self.harmony_start

@@ -73,17 +73,13 @@ class Lexer(Protocol):
 
 
 class Activity:
-    """How many lexers of one scope hold something: the scope is idle when none does. Each lexer
-    reports its own changes (`Reporting`), so the answer costs nothing to ask."""
+    """How many lexers of one scope hold something (`busy`): the scope is idle when none does.
+    Each lexer reports its own changes (`Reporting`), so the answer costs nothing to ask."""
 
     __slots__ = ("busy",)
 
     def __init__(self) -> None:
         self.busy = 0
-
-    @property
-    def idle(self) -> bool:
-        return self.busy == 0
 
 
 class Reporting:
@@ -92,6 +88,12 @@ class Reporting:
 
     idle = True
     activity: Activity | None = None
+
+    def _report_idle(self) -> None:
+        """Report the lexer's `_idle_now()` if it changed (hot paths inline this)."""
+        idle = self._idle_now()
+        if idle != self.idle:
+            self._report(idle)
 
     def _report(self, idle: bool) -> None:
         if idle != self.idle:
@@ -218,13 +220,15 @@ class JsonScanner:
             i = j + 1
         return limit, MORE
 
+    OPENS, CLOSES = "{[", "}]"  # the brackets `take` counts (a Python list's scanner adds `(`)
+
     def take(self, c: str) -> bool:
         """Read one character outside strings; True when it closes the value."""
         if c == '"':
             self.in_string = True
-        elif c in "{[":
+        elif c in self.OPENS:
             self.depth += 1
-        elif c in "}]" and self.depth:
+        elif c in self.CLOSES and self.depth:
             self.depth -= 1
             return self.depth == 0
         return False
@@ -261,9 +265,7 @@ class ChainLexer:
         return self._through_second(self.first.feed(text))
 
     def finish(self) -> list[Segment]:
-        out = self._through_second(self.first.finish())
-        out += self.second.finish()
-        return out
+        return self._through_second(self.first.finish()) + self.second.finish()
 
     def _through_second(self, segments: list[Segment]) -> list[Segment]:
         out: list[Segment] = []
