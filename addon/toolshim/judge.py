@@ -2,9 +2,8 @@
 
 Every dialect asks `ToolCallJudge` before held markup becomes calls, so the same block gets the
 same verdict whatever its dialect, streamed or not (tool emulation reuses it too). Also here:
-reading JSON as strictly as the judge does (`loads_strict`, `compact_json`), reading call
-objects with the model's own argument bytes kept (`judge_entries`), and Llama 4's pythonic call
-lists (`pythonic_entries`). Typing a value by its schema is `schema.py`'s.
+reading call objects with the model's own argument bytes kept (`judge_entries`), and Llama 4's
+pythonic call lists (`pythonic_entries`). JSON is read and written as `schema.py` does.
 """
 
 from __future__ import annotations
@@ -24,9 +23,9 @@ import orjson
 from jsonschema.exceptions import best_match
 
 from .calls import INVALID_JSON, INVALID_SCHEMA, REPAIRED_JSON, SCHEMA_MISMATCH, STRICT_FAILURE, UNKNOWN_NAME, CallScope, excerpt
+from .schema import compact_json, loads_strict, refuse_constant
 from .tools import ToolSpec
 
-_LONG_DIGITS = re.compile(r"\d{19}")  # a number orjson might read as a float (see loads_strict)
 # A block whose own quotes are escaped (`{\"name\": …`) was written inside a JSON string: the
 # model is quoting markup in prose, not calling. json_repair would unescape it into a call.
 _QUOTED_BLOCK = re.compile(r'\s*(?:\[\s*)?\{\s*\\"')
@@ -51,7 +50,7 @@ class _Rejected(Exception):
     """The block is not a call; `args`: the problem kind and why, for the rewrite's notes."""
 
 
-_INVALID = object()  # what `loads_strict` / `_repair` return for text they cannot read
+_INVALID = object()  # what `loads_strict` / `_repair` give for text they cannot read
 
 
 class ToolCallJudge:
@@ -100,7 +99,7 @@ class ToolCallJudge:
     def _check(self, block: str) -> list[ParsedCall]:
         if not self.scope.tools:
             raise _Rejected(UNKNOWN_NAME, "no tools were declared")
-        value = loads_strict(block)
+        value = loads_strict(block, _INVALID)
         repaired = value is _INVALID
         if repaired:
             if _QUOTED_BLOCK.match(block):  # found by tests/test_security.py: a quoted example became a call
@@ -134,7 +133,7 @@ class ToolCallJudge:
         elif isinstance(raw, dict):
             arguments, text = raw, compact_json(raw)
         elif isinstance(raw, str):
-            arguments, text = loads_strict(raw), raw  # the model's own bytes when they read as an object
+            arguments, text = loads_strict(raw, _INVALID), raw  # the model's own bytes when they read as an object
             if not isinstance(arguments, dict):
                 if spec.strict:
                     raise _Rejected(STRICT_FAILURE, f"{name}: arguments are not a JSON object")
@@ -206,48 +205,6 @@ def _compiled_validator(key: bytes) -> tuple[Any, str | None]:
         return None, f"invalid parameters schema, not validated ({excerpt(reason)})"
 
 
-def _refuse(literal: str) -> Any:
-    raise ValueError(f"{literal} is not JSON")
-
-
-def _finite_float(literal: str) -> float:
-    value = float(literal)
-    if math.isinf(value):
-        raise ValueError(f"{literal} is out of range")
-    return value
-
-
-_STRICT = json.JSONDecoder(parse_constant=_refuse, parse_float=_finite_float)  # no NaN, no infinities
-_DECODER = json.JSONDecoder(parse_constant=_refuse)  # `call_entries`: no NaN, no Infinity
-
-
-def loads_strict(text: str, invalid: Any = _INVALID) -> Any:
-    """Strict JSON, or `invalid` (shared by the dialects that read JSON values).
-
-    orjson reads integers beyond 64 bits as floats, silently: text holding a run of 19 digits
-    goes to the stdlib parser, which keeps them exact. The stdlib parser also takes what orjson
-    rejects and JSON allows (lone surrogate escapes); NaN and infinities are refused by both.
-    """
-    if not _LONG_DIGITS.search(text):
-        try:
-            return orjson.loads(text)
-        except orjson.JSONDecodeError:
-            pass
-    try:
-        return _STRICT.decode(text)
-    except (ValueError, RecursionError):
-        return invalid
-
-
-def reads_as_json(text: str) -> bool:
-    """One complete JSON value (the stdlib parser: no NaN, no infinities)."""
-    try:
-        _STRICT.decode(text)
-    except (ValueError, RecursionError):
-        return False
-    return True
-
-
 def _repair(text: str) -> Any:
     """The one repair pass: what `json_repair` reads from `text`, or `_INVALID`."""
     try:
@@ -257,21 +214,9 @@ def _repair(text: str) -> Any:
     return _INVALID if value == "" else value  # "" is what it makes of text it cannot read
 
 
-def compact_json(value: Any) -> str:
-    """Compact JSON with non-ASCII kept (orjson; the stdlib for integers beyond 64 bits)."""
-    try:
-        return orjson.dumps(value).decode()
-    except (orjson.JSONEncodeError, TypeError):
-        text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
-        try:
-            text.encode()
-        except UnicodeEncodeError:  # a lone surrogate: only its escape is valid UTF-8
-            text = json.dumps(value, separators=(",", ":"))
-        return text
-
-
 # -- call objects, the model's argument bytes kept -----------------------------------------------
 
+_DECODER = json.JSONDecoder(parse_constant=refuse_constant)  # no NaN, no Infinity
 _JSON_WS = re.compile(r"[ \t\n\r]*")
 
 

@@ -1,20 +1,25 @@
-"""Typing a value written as raw text by its property's JSON schema.
+"""JSON values as toolshim reads, writes and types them: a shared service, not dialect code.
 
-A shared service, not dialect code: the XML-like dialects and DeepSeek's DSML type the values
-their markup carries as text, and the repair of upstream's own calls (`native.py`) types string
-values whose schema admits no string.
+Read strictly (`loads_strict`, `reads_as_json`: no NaN, no infinities, big integers exact) and
+written compactly with non-ASCII kept (`compact_json`), by the judge and every dialect alike. A
+value written as raw text is typed by its property's JSON schema (`coerce_value`): the XML-like
+dialects and DeepSeek's DSML type their markup's values so, and the repair of upstream's own
+calls (`native.py`) the string values whose schema admits no string.
 """
 
 from __future__ import annotations
 
 import ast
+import json
 import math
 import re
 from typing import Any
 
-from .judge import loads_strict
+import orjson
+
 from .tools import ToolSpec
 
+_LONG_DIGITS = re.compile(r"\d{19}")  # a number orjson might read as a float (see loads_strict)
 _TYPE_ALIASES = {  # spellings seen in hand-written schemas (vLLM accepts them too)
     "int": "integer", "long": "integer", "int32": "integer", "int64": "integer",
     "float": "number", "double": "number", "bool": "boolean",
@@ -24,6 +29,67 @@ _JSON_TYPES = ((type(None), "null"), (bool, "boolean"), (int, "integer"), (float
 _INTEGER = re.compile(r"[-+]?\d+")
 _NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
 _NO = object()  # "this reading failed", distinct from a None that means JSON null
+
+
+# -- strict JSON --------------------------------------------------------------------------------
+
+
+def refuse_constant(literal: str) -> Any:
+    """`parse_constant` for the stdlib's decoders: NaN and Infinity are not JSON."""
+    raise ValueError(f"{literal} is not JSON")
+
+
+def _finite_float(literal: str) -> float:
+    value = float(literal)
+    if math.isinf(value):
+        raise ValueError(f"{literal} is out of range")
+    return value
+
+
+_STRICT = json.JSONDecoder(parse_constant=refuse_constant, parse_float=_finite_float)  # no NaN, no infinities
+
+
+def loads_strict(text: str, invalid: Any) -> Any:
+    """Strict JSON, or `invalid`.
+
+    orjson reads integers beyond 64 bits as floats, silently: text holding a run of 19 digits
+    goes to the stdlib parser, which keeps them exact. The stdlib parser also takes what orjson
+    rejects and JSON allows (lone surrogate escapes); NaN and infinities are refused by both.
+    """
+    if not _LONG_DIGITS.search(text):
+        try:
+            return orjson.loads(text)
+        except orjson.JSONDecodeError:
+            pass
+    try:
+        return _STRICT.decode(text)
+    except (ValueError, RecursionError):
+        return invalid
+
+
+def reads_as_json(text: str) -> bool:
+    """One complete JSON value (the stdlib parser: no NaN, no infinities)."""
+    try:
+        _STRICT.decode(text)
+    except (ValueError, RecursionError):
+        return False
+    return True
+
+
+def compact_json(value: Any) -> str:
+    """Compact JSON with non-ASCII kept (orjson; the stdlib for integers beyond 64 bits)."""
+    try:
+        return orjson.dumps(value).decode()
+    except (orjson.JSONEncodeError, TypeError):
+        text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+        try:
+            text.encode()
+        except UnicodeEncodeError:  # a lone surrogate: only its escape is valid UTF-8
+            text = json.dumps(value, separators=(",", ":"))
+        return text
+
+
+# -- typing a value by its schema ---------------------------------------------------------------
 
 
 def coerce_value(raw: str, schema: dict[str, Any] | None) -> Any:
