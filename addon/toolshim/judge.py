@@ -67,14 +67,13 @@ class ToolCallJudge:
     * arguments are validated against the tool's `parameters`: a strict tool that does not
       fit makes no call (STRICT_FAILURE, the one policy for strict failures: the block is shown
       as text and noted); a non-strict one is emitted anyway (SCHEMA_MISMATCH);
-    * `scope.admit` for each call (tool_choice none, parallel_tool_calls false).
+    * `scope.admit_all` (tool_choice none; parallel_tool_calls false: a list of several calls
+      stays text too, before anything is admitted).
 
     A list is all-or-nothing: if any entry fails, the whole block stays text (a partial list
-    cannot be shown as text without rewriting the model's bytes). With parallel_tool_calls
-    false a list of several calls stays text too, before anything is admitted.
-
-    The arguments text is the model's own string when it sent one that reads as an object,
-    otherwise compact JSON with non-ASCII kept: the same block always gives the same text.
+    cannot be shown as text without rewriting the model's bytes). The arguments text is the
+    model's own string when it sent one that reads as an object, otherwise compact JSON with
+    non-ASCII kept: the same block always gives the same text.
     """
 
     def __init__(self, scope: CallScope) -> None:
@@ -186,10 +185,9 @@ def _validator(parameters: dict[str, Any] | None) -> tuple[Any, str | None]:
     if parameters is None:
         return None, None
     try:
-        key = orjson.dumps(parameters, option=orjson.OPT_SORT_KEYS)
+        return _compiled_validator(orjson.dumps(parameters, option=orjson.OPT_SORT_KEYS))
     except (orjson.JSONEncodeError, TypeError):
         return None, "parameters are not JSON"
-    return _compiled_validator(key)
 
 
 @lru_cache(maxsize=256)

@@ -56,13 +56,10 @@ def _deepseek(lexers: ScopeLexers, reasoning: bool) -> Lexer:
 
 
 def _harmony(lexers: ScopeLexers, reasoning: bool) -> Lexer:
-    # gpt-oss's template ends the prompt with `<|start|>assistant`: the content of a gpt-oss
-    # model may start with the rest of that role header (` to=functions.NAME<|channel|>…`)
     return HarmonyLexer(lexers.scope.for_dialect("harmony"), max_held=lexers.max_held, lead_recipient=not reasoning and lexers.harmony_start)
 
 
 def _llama(lexers: ScopeLexers, reasoning: bool) -> Lexer:
-    # Llama 3.x's JSON calls without their tag, read only at the very start of a Llama's content
     return engine.lexer(specs.LLAMA, lexers.scope.for_dialect("llama"), max_held=lexers.max_held, bare_json=not reasoning and lexers.llama_bare_json)
 
 
@@ -110,8 +107,9 @@ def starts_in_reasoning(context) -> bool:
 
 def _reads_own_start(context, name: str) -> bool:
     """Does dialect `name` read the start of the content with no marker in it? Only where it runs,
-    for a model its own pattern names: Llama's JSON calls without a tag (prose holds JSON), the
-    rest of gpt-oss's first role header (cut by the template)."""
+    for a model its own pattern names: Llama 3.x's JSON calls without their tag (prose holds
+    JSON); the rest of gpt-oss's first role header (its template ends the prompt with
+    `<|start|>assistant`: the content may start with ` to=functions.NAME<|channel|>…`)."""
     dialect = next(d for d in DIALECTS if d.name == name)
     return dialect in dialects_for(context.model, context.dialects) and bool(dialect.models.search(context.model))
 
@@ -143,9 +141,7 @@ class ScopeLexers:
         self.preopened = starts_in_reasoning(context)
         self.llama_bare_json = _reads_own_start(context, "llama")
         self.harmony_start = _reads_own_start(context, "harmony")
-        # The start of the content must be read even with no marker in it (the rewriters ask):
-        # a Llama's bare JSON call, or the rest of gpt-oss's first role header.
-        self.bare_json = self.llama_bare_json or self.harmony_start
+        self.bare_json = self.llama_bare_json or self.harmony_start  # the rewriters must read the start
 
     @property
     def idle(self) -> bool:

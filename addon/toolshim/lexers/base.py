@@ -90,10 +90,8 @@ class Reporting:
     activity: Activity | None = None
 
     def _report_idle(self) -> None:
-        """Report the lexer's `_idle_now()` if it changed (hot paths inline this)."""
-        idle = self._idle_now()
-        if idle != self.idle:
-            self._report(idle)
+        """Report the lexer's `_idle_now()` (hot paths compare first, sparing the calls)."""
+        self._report(self._idle_now())
 
     def _report(self, idle: bool) -> None:
         if idle != self.idle:
@@ -138,11 +136,9 @@ def find_marker(buf: str, start: int, markers: tuple[Marker, ...], final: bool) 
     position is held (`marker=None`): this is what lets a truncated marker like
     `<|tool_calls_section_end|` count only when no `>` follows.
     """
-    firsts = _first_chars(markers)
     n = len(buf)
-    found = firsts.search(buf, start)
-    i = found.start() if found else -1
-    while i != -1:
+    for found in _first_chars(markers).finditer(buf, start):
+        i = found.start()
         best: Marker | None = None
         maybe_longer = False
         for marker in markers:
@@ -156,8 +152,6 @@ def find_marker(buf: str, start: int, markers: tuple[Marker, ...], final: bool) 
             return Match(i, None)
         if best is not None:
             return Match(i, best)
-        found = firsts.search(buf, i + 1)
-        i = found.start() if found else -1
     return None
 
 

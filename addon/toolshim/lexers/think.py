@@ -192,7 +192,7 @@ class ReasoningSplit:
 
     def finish(self) -> list[Segment]:
         out = self._route(self._think.finish())
-        out += self._flush(self._reasoning) + self._flush(self._content)
+        out += self._as_side(self._reasoning, self._reasoning.finish()) + self._content.finish()
         self._side = None
         return out
 
@@ -201,13 +201,10 @@ class ReasoningSplit:
         for seg in segments:
             side = self._reasoning if type(seg) is ReasoningText else self._content
             if self._side is not None and self._side is not side:
-                out += self._flush(self._side)  # what one side held ends where the other begins
+                out += self._as_side(self._side, self._side.finish())  # what one side held ends where the other begins
             self._side = side
             out += self._as_side(side, side.feed(seg.text))
         return out
-
-    def _flush(self, side: Lexer) -> list[Segment]:
-        return self._as_side(side, side.finish())
 
     def _as_side(self, side: Lexer, segments: list[Segment]) -> list[Segment]:
         if side is self._content:
