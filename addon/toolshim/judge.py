@@ -43,7 +43,6 @@ class ParsedCall:
 
     name: str
     arguments: str
-    notes: tuple[tuple[str, str], ...] = ()  # what was repaired or did not fit, noted once emitted
 
 
 class _Rejected(Exception):
@@ -83,19 +82,19 @@ class ToolCallJudge:
     def verdict(self, block: str) -> list[ParsedCall] | None:
         """The calls to emit for `block` (the text between the tags), admitted; None: text. Why
         not is noted; what was repaired or did not fit, only for calls admitted."""
+        notes: list[tuple[str, str]] = []  # what was repaired or did not fit
         try:
-            calls = self._check(block)
+            calls = self._check(block, notes)
         except _Rejected as rejected:
             self.scope.note(*rejected.args)
             return None
         if not self.scope.admit_all([call.name for call in calls]):
             return None
-        for call in calls:
-            for problem, detail in call.notes:
-                self.scope.note(problem, detail)
+        for problem, detail in notes:
+            self.scope.note(problem, detail)
         return calls
 
-    def _check(self, block: str) -> list[ParsedCall]:
+    def _check(self, block: str, notes: list[tuple[str, str]]) -> list[ParsedCall]:
         if not self.scope.tools:
             raise _Rejected(UNKNOWN_NAME, "no tools were declared")
         value = loads_strict(block, _INVALID)
@@ -109,13 +108,12 @@ class ToolCallJudge:
         entries = value if isinstance(value, list) else [value]
         if not entries:
             raise _Rejected(INVALID_JSON, "an empty list of calls")
-        calls = [self._check_entry(entry, repaired) for entry in entries]
-        if repaired:  # one note for the block, emitted with its first call
-            first = calls[0]
-            calls[0] = ParsedCall(first.name, first.arguments, ((REPAIRED_JSON, f"{first.name}: block JSON repaired"),) + first.notes)
+        calls = [self._check_entry(entry, repaired, notes) for entry in entries]
+        if repaired:  # one note for the block, first
+            notes.insert(0, (REPAIRED_JSON, f"{calls[0].name}: block JSON repaired"))
         return calls
 
-    def _check_entry(self, entry: Any, repaired: bool) -> ParsedCall:
+    def _check_entry(self, entry: Any, repaired: bool, notes: list[tuple[str, str]]) -> ParsedCall:
         # After a repair, anything but a call to a declared tool means the repair failed.
         if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
             raise _Rejected(INVALID_JSON, f"not a call object {excerpt(compact_json(entry))}")
@@ -125,7 +123,6 @@ class ToolCallJudge:
             raise _Rejected(INVALID_JSON if repaired else UNKNOWN_NAME, f"{excerpt(name)} is not a declared tool")
         if repaired and spec.strict:
             raise _Rejected(STRICT_FAILURE, f"{name}: the block is not valid JSON")
-        notes: list[tuple[str, str]] = []
         raw = _arguments(entry)
         if raw is None or (isinstance(raw, str) and not raw.strip()):
             arguments, text = {}, "{}"
@@ -150,7 +147,7 @@ class ToolCallJudge:
             if spec.strict:
                 raise _Rejected(STRICT_FAILURE, f"{name}: {error}")
             notes.append((SCHEMA_MISMATCH, f"{name}: {error}"))
-        return ParsedCall(name, text, tuple(notes))
+        return ParsedCall(name, text)
 
     def schema_error(self, spec: ToolSpec, arguments: dict[str, Any]) -> str | None:
         """Why `arguments` do not fit the tool's parameters, or None (fits, or no schema)."""

@@ -60,17 +60,16 @@ class ThinkLexer(Reporting):
     """
 
     def __init__(self, *, preopened: bool = False, tool_starts: tuple[str, ...] = (), started: bool = False, pairs: dict[str, str] | None = None) -> None:
-        self._preopened = preopened
+        self._start = THINK if preopened else CONTENT if started else START  # started: content was sent before
         self._pairs = {**_PAIRS, **pairs} if pairs else _PAIRS
         closers = tuple(Marker(t, CLOSE) for t in self._pairs.values()) if pairs else _CLOSE_MARKERS
         self._think_markers = closers + tuple(Marker(t, TOOLS) for t in tool_starts)
         self._markers_in = {tag: tuple(m for m in self._think_markers if m.kind != TOOLS or m.text not in kept) for tag, kept in _THOUGHT_KEEPS.items()}
-        self._started = started  # content was already sent before this lexer saw any
         self._reset()
         self._report_idle()
 
     def _reset(self) -> None:
-        self._state = THINK if self._preopened else CONTENT if self._started else START
+        self._state = self._start
         self._at_start = True  # THINK: nothing read yet (a pre-opened model may still write `<think>`)
         self._opener = ""  # the tag that opened the block ("" when pre-opened)
         self._buf = ""
