@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..calls import CallScope
-from .base import Activity, ChainLexer, Lexer, PlainText, Reporting
+from .base import ChainLexer, Lexer, PlainText, Reporting
 from . import engine, specs
 from .deepseek import DeepSeekLexer
 from .harmony import HarmonyLexer
@@ -28,8 +28,7 @@ class Dialect:
     name: str
     models: re.Pattern[str]  # searched in the request's model name, case-insensitively
     make: Callable[[ScopeLexers, bool], Lexer]  # (the scope's lexers, reasoning channel?)
-    # The markers that may begin the dialect's markup (the SSE layer's fast path looks for them).
-    starts: tuple[str, ...]
+    starts: tuple[str, ...]  # the markers that may begin its markup (the SSE layer's fast path looks for them)
     # Special-token dialects (Kimi, DeepSeek) end `<think>` themselves; tag dialects run inside
     # `<think>` too, where only a complete, declared call leaves the reasoning.
     special_tokens: bool = False
@@ -135,7 +134,7 @@ class ScopeLexers:
         self.scope = scope
         self.max_held = max_held
         self.kimi_namer = KimiCallNamer(scope.for_dialect("kimi"))  # shared: Kimi ids stay unique across channels
-        self.activity = Activity()  # every lexer made here reports to it: `idle` costs nothing
+        self.busy = 0  # lexers made here that hold something: each reports its own changes
         context = scope.context
         self._dialects = dialects_for(context.model, context.dialects)
         self.preopened = starts_in_reasoning(context)
@@ -146,11 +145,11 @@ class ScopeLexers:
     @property
     def idle(self) -> bool:
         """No lexer of this scope holds anything (each reports its own changes)."""
-        return self.activity.busy == 0
+        return self.busy == 0
 
     def _watched(self, lexer: Lexer) -> Lexer:
         if isinstance(lexer, Reporting):
-            lexer.watched_by(self.activity)
+            lexer.watched_by(self)
         return lexer
 
     def new_lexer(self, *, reasoning: bool, preopened: bool = True, started: bool = False) -> Lexer:
