@@ -289,11 +289,9 @@ def judge_entries(judge: ToolCallJudge, block: str) -> Calls | None:
             arguments = _arguments(entry)
             entry = {"name": entry.get("name")} | ({} if arguments is None else {"arguments": arguments})
         shown.append(entry)
-    calls = judge.verdict(compact_json(shown))
-    if not calls:
-        return None
+    calls = judge.verdict(compact_json(shown))  # one call for each entry, or none
     ids = [entry.get("id") if isinstance(entry, dict) else None for entry in entries]
-    return [(call.name, call.arguments, ids[k] if isinstance(ids[k], str) else None) for k, call in enumerate(calls)]
+    return [(call.name, call.arguments, model_id if isinstance(model_id, str) else None) for call, model_id in zip(calls, ids)] if calls else None
 
 
 def judge_call(judge: ToolCallJudge, name: str, arguments: str, model_id: str | None = None) -> Calls | None:
