@@ -205,15 +205,13 @@ class JsonScanner:
             i = j + 1
         return limit, MORE
 
-    OPENS, CLOSES = "{[", "}]"  # the brackets `take` counts (a Python list's scanner adds `(`)
-
     def take(self, c: str) -> bool:
         """Read one character outside strings; True when it closes the value."""
         if c == '"':
             self.in_string = True
-        elif c in self.OPENS:
+        elif c in "{[":
             self.depth += 1
-        elif c in self.CLOSES and self.depth:
+        elif c in "}]" and self.depth:
             self.depth -= 1
             return self.depth == 0
         return False
