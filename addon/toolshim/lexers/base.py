@@ -127,9 +127,11 @@ def find_marker(buf: str, start: int, markers: tuple[Marker, ...], final: bool) 
     position is held (`marker=None`): this is what lets a truncated marker like
     `<|tool_calls_section_end|` count only when no `>` follows.
     """
+    firsts = _first_chars(markers)
     n = len(buf)
-    for found in _first_chars(markers).finditer(buf, start):
-        i = found.start()
+    found = firsts.search(buf, start)
+    i = found.start() if found else -1
+    while i != -1:
         best: Marker | None = None
         maybe_longer = False
         for marker in markers:
@@ -143,6 +145,8 @@ def find_marker(buf: str, start: int, markers: tuple[Marker, ...], final: bool) 
             return Match(i, None)
         if best is not None:
             return Match(i, best)
+        found = firsts.search(buf, i + 1)
+        i = found.start() if found else -1
     return None
 
 
