@@ -19,7 +19,7 @@ from toolshim.calls import (
     RewriteStats,
 )
 from toolshim.lexers.base import CallArgs, CallBegin, CallEnd, ChainLexer, Text
-from toolshim.judge import coerce_value
+from toolshim.schema import coerce_value
 from toolshim.lexers.engine import lexer
 from toolshim.lexers.specs import GLM, HERMES, MINIMAX, QWEN_XML
 

@@ -2,7 +2,7 @@
 
 The markup of these dialects carries no types (Qwen3-Coder, Seed-OSS, GLM, MiniMax) or a type
 the model guessed (DeepSeek DSML's `string="true"|"false"`). The rule, one for all of them
-(`judge.coerce_value`, `deepseek._parameter_value`), and the sources it follows:
+(`schema.coerce_value`, `deepseek._parameter_value`), and the sources it follows:
 
 * a value whose schema admits no string is read as the type the schema allows, whatever the
   markup says: vLLM's `qwen3_coder` / `seed_oss` / `minimax_m2` parsers (`_convert_param_value`

@@ -2,9 +2,8 @@
 
 Every dialect asks `ToolCallJudge` before held markup becomes calls, so the same block gets the
 same verdict whatever its dialect, streamed or not (tool emulation reuses it too). Also here:
-reading JSON as strictly as the judge does (`loads_strict`, `compact_json`), typing a raw
-parameter value by its schema (`coerce_value`, for the XML-like dialects), and reading call
-objects with the model's own argument bytes kept (`judge_entries`).
+reading call objects with the model's own argument bytes kept (`judge_entries`), and Llama 4's
+pythonic call lists (`pythonic_entries`). JSON is read and written as `schema.py` does.
 """
 
 from __future__ import annotations
@@ -13,6 +12,7 @@ import ast
 import json
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -22,19 +22,10 @@ import jsonschema
 import orjson
 from jsonschema.exceptions import best_match
 
-from .calls import (
-    INVALID_JSON,
-    INVALID_SCHEMA,
-    REPAIRED_JSON,
-    SCHEMA_MISMATCH,
-    STRICT_FAILURE,
-    UNKNOWN_NAME,
-    CallScope,
-    excerpt,
-)
+from .calls import INVALID_JSON, INVALID_SCHEMA, REPAIRED_JSON, SCHEMA_MISMATCH, STRICT_FAILURE, UNKNOWN_NAME, CallScope, excerpt
+from .schema import compact_json, loads_strict, refuse_constant
 from .tools import ToolSpec
 
-_LONG_DIGITS = re.compile(r"\d{19}")  # a number orjson might read as a float (see _loads)
 # A block whose own quotes are escaped (`{\"name\": …`) was written inside a JSON string: the
 # model is quoting markup in prose, not calling. json_repair would unescape it into a call.
 _QUOTED_BLOCK = re.compile(r'\s*(?:\[\s*)?\{\s*\\"')
@@ -52,19 +43,13 @@ class ParsedCall:
 
     name: str
     arguments: str
-    notes: tuple[tuple[str, str], ...] = ()  # what was repaired or did not fit, noted once emitted
 
 
 class _Rejected(Exception):
-    """The block is not a call; the problem kind and why, for the rewrite's notes."""
-
-    def __init__(self, problem: str, detail: str) -> None:
-        super().__init__(detail)
-        self.problem = problem
-        self.detail = detail
+    """The block is not a call; `args`: the problem kind and why, for the rewrite's notes."""
 
 
-_INVALID = object()  # what `_loads` / `_repair` return for text they cannot read
+_INVALID = object()  # what `loads_strict` / `_repair` give for text they cannot read
 
 
 class ToolCallJudge:
@@ -81,14 +66,13 @@ class ToolCallJudge:
     * arguments are validated against the tool's `parameters`: a strict tool that does not
       fit makes no call (STRICT_FAILURE, the one policy for strict failures: the block is shown
       as text and noted); a non-strict one is emitted anyway (SCHEMA_MISMATCH);
-    * `scope.admit` for each call (tool_choice none, parallel_tool_calls false).
+    * `scope.admit_all` (tool_choice none; parallel_tool_calls false: a list of several calls
+      stays text too, before anything is admitted).
 
     A list is all-or-nothing: if any entry fails, the whole block stays text (a partial list
-    cannot be shown as text without rewriting the model's bytes). With parallel_tool_calls
-    false a list of several calls stays text too, before anything is admitted.
-
-    The arguments text is the model's own string when it sent one that reads as an object,
-    otherwise compact JSON with non-ASCII kept: the same block always gives the same text.
+    cannot be shown as text without rewriting the model's bytes). The arguments text is the
+    model's own string when it sent one that reads as an object, otherwise compact JSON with
+    non-ASCII kept: the same block always gives the same text.
     """
 
     def __init__(self, scope: CallScope) -> None:
@@ -96,29 +80,24 @@ class ToolCallJudge:
         self._validators: dict[str, Any] = {}  # tool name -> validator, or None: not validated
 
     def verdict(self, block: str) -> list[ParsedCall] | None:
-        """The calls to emit for `block` (the text between the tags), admitted; None: text."""
-        calls = self.check(block)
-        if calls is None:
+        """The calls to emit for `block` (the text between the tags), admitted; None: text. Why
+        not is noted; what was repaired or did not fit, only for calls admitted."""
+        notes: list[tuple[str, str]] = []  # what was repaired or did not fit
+        try:
+            calls = self._check(block, notes)
+        except _Rejected as rejected:
+            self.scope.note(*rejected.args)
             return None
         if not self.scope.admit_all([call.name for call in calls]):
             return None
-        for call in calls:
-            for problem, detail in call.notes:
-                self._note(problem, detail)
+        for problem, detail in notes:
+            self.scope.note(problem, detail)
         return calls
 
-    def check(self, block: str) -> list[ParsedCall] | None:
-        """Everything `verdict` checks except admission; failures are noted, None: text."""
-        try:
-            return self._check(block)
-        except _Rejected as rejected:
-            self._note(rejected.problem, rejected.detail)
-            return None
-
-    def _check(self, block: str) -> list[ParsedCall]:
+    def _check(self, block: str, notes: list[tuple[str, str]]) -> list[ParsedCall]:
         if not self.scope.tools:
             raise _Rejected(UNKNOWN_NAME, "no tools were declared")
-        value = _loads(block)
+        value = loads_strict(block, _INVALID)
         repaired = value is _INVALID
         if repaired:
             if _QUOTED_BLOCK.match(block):  # found by tests/test_security.py: a quoted example became a call
@@ -129,13 +108,12 @@ class ToolCallJudge:
         entries = value if isinstance(value, list) else [value]
         if not entries:
             raise _Rejected(INVALID_JSON, "an empty list of calls")
-        calls = [self._check_entry(entry, repaired) for entry in entries]
-        if repaired:  # one note for the block, emitted with its first call
-            first = calls[0]
-            calls[0] = ParsedCall(first.name, first.arguments, ((REPAIRED_JSON, f"{first.name}: block JSON repaired"),) + first.notes)
+        calls = [self._check_entry(entry, repaired, notes) for entry in entries]
+        if repaired:  # one note for the block, first
+            notes.insert(0, (REPAIRED_JSON, f"{calls[0].name}: block JSON repaired"))
         return calls
 
-    def _check_entry(self, entry: Any, repaired: bool) -> ParsedCall:
+    def _check_entry(self, entry: Any, repaired: bool, notes: list[tuple[str, str]]) -> ParsedCall:
         # After a repair, anything but a call to a declared tool means the repair failed.
         if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
             raise _Rejected(INVALID_JSON, f"not a call object {excerpt(compact_json(entry))}")
@@ -145,16 +123,13 @@ class ToolCallJudge:
             raise _Rejected(INVALID_JSON if repaired else UNKNOWN_NAME, f"{excerpt(name)} is not a declared tool")
         if repaired and spec.strict:
             raise _Rejected(STRICT_FAILURE, f"{name}: the block is not valid JSON")
-        notes: list[tuple[str, str]] = []
-        raw = entry.get("arguments")
-        if raw is None:
-            raw = entry.get("parameters")
+        raw = _arguments(entry)
         if raw is None or (isinstance(raw, str) and not raw.strip()):
             arguments, text = {}, "{}"
         elif isinstance(raw, dict):
             arguments, text = raw, compact_json(raw)
         elif isinstance(raw, str):
-            arguments, text = _loads(raw), raw  # the model's own bytes when they read as an object
+            arguments, text = loads_strict(raw, _INVALID), raw  # the model's own bytes when they read as an object
             if not isinstance(arguments, dict):
                 if spec.strict:
                     raise _Rejected(STRICT_FAILURE, f"{name}: arguments are not a JSON object")
@@ -172,14 +147,14 @@ class ToolCallJudge:
             if spec.strict:
                 raise _Rejected(STRICT_FAILURE, f"{name}: {error}")
             notes.append((SCHEMA_MISMATCH, f"{name}: {error}"))
-        return ParsedCall(name, text, tuple(notes))
+        return ParsedCall(name, text)
 
     def schema_error(self, spec: ToolSpec, arguments: dict[str, Any]) -> str | None:
         """Why `arguments` do not fit the tool's parameters, or None (fits, or no schema)."""
         if spec.name not in self._validators:
             validator, problem = _validator(spec.parameters)
             if problem:
-                self._note(INVALID_SCHEMA, f"{spec.name}: {problem}")
+                self.scope.note(INVALID_SCHEMA, f"{spec.name}: {problem}")
             self._validators[spec.name] = validator
         validator = self._validators[spec.name]
         if validator is None:
@@ -188,15 +163,18 @@ class ToolCallJudge:
             error = best_match(validator.iter_errors(arguments))
         except Exception as exc:  # e.g. a $ref that cannot be resolved: treat as no schema
             self._validators[spec.name] = None
-            self._note(INVALID_SCHEMA, f"{spec.name}: {excerpt(str(exc))}")
+            self.scope.note(INVALID_SCHEMA, f"{spec.name}: {excerpt(str(exc))}")
             return None
         if error is None:
             return None
         where = "/".join(str(p) for p in error.absolute_path)
         return excerpt(f"{where or '(root)'}: {error.message}")
 
-    def _note(self, problem: str, detail: str) -> None:
-        self.scope.note(problem, detail)
+
+def _arguments(entry: dict[str, Any]) -> Any:
+    """A call object's arguments: `arguments`, else `parameters` (Llama's, Command's)."""
+    arguments = entry.get("arguments")
+    return entry.get("parameters") if arguments is None else arguments
 
 
 def _validator(parameters: dict[str, Any] | None) -> tuple[Any, str | None]:
@@ -204,10 +182,9 @@ def _validator(parameters: dict[str, Any] | None) -> tuple[Any, str | None]:
     if parameters is None:
         return None, None
     try:
-        key = orjson.dumps(parameters, option=orjson.OPT_SORT_KEYS)
+        return _compiled_validator(orjson.dumps(parameters, option=orjson.OPT_SORT_KEYS))
     except (orjson.JSONEncodeError, TypeError):
         return None, "parameters are not JSON"
-    return _compiled_validator(key)
 
 
 @lru_cache(maxsize=256)
@@ -223,50 +200,6 @@ def _compiled_validator(key: bytes) -> tuple[Any, str | None]:
         return None, f"invalid parameters schema, not validated ({excerpt(reason)})"
 
 
-def loads_strict(text: str, invalid: Any) -> Any:
-    """Strict JSON, or `invalid` (shared by the dialects that read JSON values)."""
-    value = _loads(text)
-    return invalid if value is _INVALID else value
-
-
-def _loads(text: str) -> Any:
-    """Strict JSON, or `_INVALID`.
-
-    orjson reads integers beyond 64 bits as floats, silently: text holding a run of 19 digits
-    goes to the stdlib parser, which keeps them exact. The stdlib parser also takes what orjson
-    rejects and JSON allows (lone surrogate escapes); NaN and infinities are refused by both.
-    """
-    if not _LONG_DIGITS.search(text):
-        try:
-            return orjson.loads(text)
-        except orjson.JSONDecodeError:
-            pass
-    try:
-        return json.loads(text, parse_constant=_refuse, parse_float=_finite_float)
-    except (ValueError, RecursionError):
-        return _INVALID
-
-
-def reads_as_json(text: str) -> bool:
-    """One complete JSON value (the stdlib parser: no NaN, no infinities)."""
-    try:
-        json.loads(text, parse_constant=_refuse, parse_float=_finite_float)
-    except (ValueError, RecursionError):
-        return False
-    return True
-
-
-def _refuse(literal: str) -> Any:
-    raise ValueError(f"{literal} is not JSON")
-
-
-def _finite_float(literal: str) -> float:
-    value = float(literal)
-    if math.isinf(value):
-        raise ValueError(f"{literal} is out of range")
-    return value
-
-
 def _repair(text: str) -> Any:
     """The one repair pass: what `json_repair` reads from `text`, or `_INVALID`."""
     try:
@@ -276,181 +209,9 @@ def _repair(text: str) -> Any:
     return _INVALID if value == "" else value  # "" is what it makes of text it cannot read
 
 
-def compact_json(value: Any) -> str:
-    """Compact JSON with non-ASCII kept (orjson; the stdlib for integers beyond 64 bits)."""
-    try:
-        return orjson.dumps(value).decode()
-    except (orjson.JSONEncodeError, TypeError):
-        text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
-        try:
-            text.encode()
-        except UnicodeEncodeError:  # a lone surrogate: only its escape is valid UTF-8
-            text = json.dumps(value, separators=(",", ":"))
-        return text
-
-
-# -- typing a value by the tool's schema --------------------------------------------------------
-
-_TYPE_ALIASES = {  # spellings seen in hand-written schemas (vLLM accepts them too)
-    "int": "integer", "long": "integer", "int32": "integer", "int64": "integer",
-    "float": "number", "double": "number", "bool": "boolean",
-    "str": "string", "text": "string", "dict": "object", "list": "array", "arr": "array",
-}
-_INTEGER = re.compile(r"[-+]?\d+")
-_NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
-_NO = object()  # "this reading failed", distinct from a None that means JSON null
-
-
-def coerce_value(raw: str, schema: dict[str, Any] | None) -> Any:
-    """The JSON value of a parameter written as raw text, typed by its property `schema`.
-
-    The rules of vLLM's Qwen3-Coder parser, made stricter where they would lose the model's text:
-
-    * no usable schema (None, not an object, no type to be read from it: `{}`, a `$ref`), or a
-      property the tool does not declare: the text, as a string. GLM writes non-string values
-      as JSON whatever the schema; vLLM's GLM parser decodes them when the schema does not say
-      string, we do not: a call to a property the client never declared stays the model's text;
-    * the types allowed are read from `type` (a name or a list), `anyOf` / `oneOf` / `allOf`
-      (their union), `enum` / `const` (the types of their values), else `properties` (object)
-      or `items` (array);
-    * `null` (or Python's `None`, which Jinja templates print) is None when null is allowed, or
-      when string is not (vLLM); a string is always valid where string is allowed, so then the
-      text is kept as it is (`"02139"` stays a zip code even if integer is allowed too);
-    * integer: digits (or a number with no fraction, `5.0`); number: integers stay integers,
-      others are finite floats; boolean: `true` / `false`, any case (Jinja prints `True`);
-    * object / array: JSON, then a Python literal (`ast.literal_eval`: `{'k': 'v'}`, tuples as
-      lists), also when the JSON is a string holding them (templates that double-encode);
-      accepted only when the result is of an allowed type and plain JSON;
-    * anything that reads as no allowed type stays the text (a schema mismatch for the judge).
-    """
-    types = schema_types(schema)
-    if not types:
-        return raw
-    text = raw.strip()
-    if text.lower() in ("null", "none") and ("null" in types or "string" not in types):
-        return None
-    if "string" in types:
-        return raw
-    if "integer" in types or "number" in types:
-        number = _number(text, integral="number" not in types)
-        if number is not None:
-            return number
-    if "boolean" in types and text.lower() in ("true", "false"):
-        return text.lower() == "true"
-    if "object" in types or "array" in types:
-        value = _container(text, types)
-        if value is not _NO:
-            return value
-    return raw
-
-
-def schema_types(schema: Any, _depth: int = 0) -> set[str]:
-    """The JSON types a property schema allows, as far as it says (empty: it does not say)."""
-    if not isinstance(schema, dict) or _depth > 8:
-        return set()
-    types: set[str] = set()
-    declared = schema.get("type")
-    for name in [declared] if isinstance(declared, str) else declared if isinstance(declared, list) else []:
-        if isinstance(name, str):
-            name = name.strip().lower()
-            types.add(_TYPE_ALIASES.get(name, name))
-    for key in ("anyOf", "oneOf", "allOf"):
-        options = schema.get(key)
-        if isinstance(options, list):
-            for option in options:
-                types |= schema_types(option, _depth + 1)
-    values = list(schema["enum"]) if isinstance(schema.get("enum"), list) else []
-    if "const" in schema:
-        values.append(schema["const"])
-    types.update(_json_type(value) for value in values)
-    if not types:
-        if "properties" in schema:
-            types.add("object")
-        elif "items" in schema:
-            types.add("array")
-    return types
-
-
-def _json_type(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int):
-        return "integer"
-    if isinstance(value, float):
-        return "number"
-    if isinstance(value, list):
-        return "array"
-    if isinstance(value, dict):
-        return "object"
-    return "string"
-
-
-def _number(text: str, integral: bool) -> int | float | None:
-    try:
-        if _INTEGER.fullmatch(text):
-            return int(text)
-        if _NUMBER.fullmatch(text):
-            value = float(text)
-            if not math.isfinite(value):
-                return None
-            if integral:
-                return int(value) if value.is_integer() else None
-            return value
-    except ValueError:  # more digits than Python converts
-        return None
-    return None
-
-
-def _container(text: str, types: set[str]) -> Any:
-    value = _json(text)
-    if value is _NO:
-        value = _literal(text)
-    elif isinstance(value, str):  # a JSON string holding the value: read once more
-        inner = _json(value)
-        value = _literal(value) if inner is _NO else inner
-    if (isinstance(value, dict) and "object" in types) or (isinstance(value, list) and "array" in types):
-        return value
-    return _NO
-
-
-def _json(text: str) -> Any:
-    return loads_strict(text, _NO)
-
-
-def _literal(text: str) -> Any:
-    """A Python literal as plain JSON data, or `_NO` (sets, bytes, complex: not JSON)."""
-    try:
-        return _plain(ast.literal_eval(text))
-    except Exception:  # SyntaxError, ValueError, MemoryError, RecursionError: not a literal
-        return _NO
-
-
-def _plain(value: Any) -> Any:
-    if value is None or isinstance(value, (str, bool, int)):
-        return value
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            raise ValueError("not a JSON number")
-        return value
-    if isinstance(value, (list, tuple)):
-        return [_plain(item) for item in value]
-    if isinstance(value, dict) and all(isinstance(key, str) for key in value):
-        return {key: _plain(item) for key, item in value.items()}
-    raise ValueError("not JSON data")
-
-
-def _properties(spec: ToolSpec | None) -> dict[str, Any] | None:
-    """The tool's top-level properties, or None when it declares none."""
-    parameters = spec.parameters if spec is not None else None
-    properties = parameters.get("properties") if isinstance(parameters, dict) else None
-    return properties if isinstance(properties, dict) else None
-
-
 # -- call objects, the model's argument bytes kept -----------------------------------------------
 
-_DECODER = json.JSONDecoder(parse_constant=_refuse)
+_DECODER = json.JSONDecoder(parse_constant=refuse_constant)  # no NaN, no Infinity
 _JSON_WS = re.compile(r"[ \t\n\r]*")
 
 
@@ -460,28 +221,16 @@ def call_entries(text: str) -> list[Any] | None:
     Each `"arguments"` / `"parameters"` value that is an object is replaced by its exact text,
     so that a verdict passes the model's bytes on. None: `text` is not strict JSON.
     """
+    entries: list[Any] = []
+
+    def read_entry(i: int) -> int:
+        entry, i = _entry(text, i)
+        entries.append(entry)
+        return i
+
     try:
         i = _JSON_WS.match(text).end()
-        if text.startswith("[", i):
-            entries: list[Any] = []
-            i = _JSON_WS.match(text, i + 1).end()
-            if text.startswith("]", i):
-                i += 1
-            else:
-                while True:
-                    entry, i = _entry(text, i)
-                    entries.append(entry)
-                    i = _JSON_WS.match(text, i).end()
-                    if text.startswith(",", i):
-                        i = _JSON_WS.match(text, i + 1).end()
-                    elif text.startswith("]", i):
-                        i += 1
-                        break
-                    else:
-                        return None
-        else:
-            entry, i = _entry(text, i)
-            entries = [entry]
+        i = _items(text, i + 1, "]", read_entry) if text.startswith("[", i) else read_entry(i)
         return entries if _JSON_WS.match(text, i).end() == len(text) else None
     except (ValueError, RecursionError):  # JSONDecodeError is a ValueError
         return None
@@ -491,10 +240,8 @@ def _entry(text: str, i: int) -> tuple[Any, int]:
     if not text.startswith("{", i):
         return _DECODER.raw_decode(text, i)
     entry: dict[str, Any] = {}
-    i = _JSON_WS.match(text, i + 1).end()
-    if text.startswith("}", i):
-        return entry, i + 1
-    while True:
+
+    def read_member(i: int) -> int:
         if not text.startswith('"', i):
             raise ValueError("a key must be a string")
         key, i = _DECODER.raw_decode(text, i)
@@ -503,16 +250,26 @@ def _entry(text: str, i: int) -> tuple[Any, int]:
             raise ValueError("':' expected")
         start = i = _JSON_WS.match(text, i + 1).end()
         value, i = _DECODER.raw_decode(text, i)
-        if key in ("arguments", "parameters") and isinstance(value, dict):
-            value = text[start:i]
-        entry[key] = value
-        i = _JSON_WS.match(text, i).end()
+        entry[key] = text[start:i] if key in ("arguments", "parameters") and isinstance(value, dict) else value
+        return i
+
+    return entry, _items(text, i + 1, "}", read_member)
+
+
+def _items(text: str, i: int, close: str, read: Callable[[int], int]) -> int:
+    """The items of a JSON array or object, from just after its opening bracket: `read(i)` reads
+    the one at `i` and returns where it ends. Returns the position after `close`."""
+    i = _JSON_WS.match(text, i).end()
+    if text.startswith(close, i):
+        return i + 1
+    while True:
+        i = _JSON_WS.match(text, read(i)).end()
         if text.startswith(",", i):
             i = _JSON_WS.match(text, i + 1).end()
-        elif text.startswith("}", i):
-            return entry, i + 1
+        elif text.startswith(close, i):
+            return i + 1
         else:
-            raise ValueError("',' or '}' expected")
+            raise ValueError(f"',' or '{close}' expected")
 
 
 def judge_entries(judge: ToolCallJudge, block: str) -> Calls | None:
@@ -529,16 +286,12 @@ def judge_entries(judge: ToolCallJudge, block: str) -> Calls | None:
     shown: list[Any] = []
     for entry in entries:
         if isinstance(entry, dict):
-            arguments = entry.get("arguments")
-            if arguments is None:
-                arguments = entry.get("parameters")
+            arguments = _arguments(entry)
             entry = {"name": entry.get("name")} | ({} if arguments is None else {"arguments": arguments})
         shown.append(entry)
-    calls = judge.verdict(compact_json(shown))
-    if not calls:
-        return None
+    calls = judge.verdict(compact_json(shown))  # one call for each entry, or none
     ids = [entry.get("id") if isinstance(entry, dict) else None for entry in entries]
-    return [(call.name, call.arguments, ids[k] if isinstance(ids[k], str) else None) for k, call in enumerate(calls)]
+    return [(call.name, call.arguments, model_id if isinstance(model_id, str) else None) for call, model_id in zip(calls, ids)] if calls else None
 
 
 def judge_call(judge: ToolCallJudge, name: str, arguments: str, model_id: str | None = None) -> Calls | None:

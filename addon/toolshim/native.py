@@ -49,7 +49,7 @@ from typing import Any
 import orjson
 
 from .calls import random_id
-from .judge import coerce_value, schema_types
+from .schema import coerce_value, schema_types
 from .tools import ToolSpec
 
 # `repairs` keys: what was changed, for flow annotations and logs.

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..calls import CallScope
-from .base import Activity, ChainLexer, Lexer, PlainText, Reporting
+from .base import ChainLexer, Lexer, PlainText, Reporting
 from . import engine, specs
 from .deepseek import DeepSeekLexer
 from .harmony import HarmonyLexer
@@ -28,8 +28,7 @@ class Dialect:
     name: str
     models: re.Pattern[str]  # searched in the request's model name, case-insensitively
     make: Callable[[ScopeLexers, bool], Lexer]  # (the scope's lexers, reasoning channel?)
-    # The markers that may begin the dialect's markup (the SSE layer's fast path looks for them).
-    starts: tuple[str, ...]
+    starts: tuple[str, ...]  # the markers that may begin its markup (the SSE layer's fast path looks for them)
     # Special-token dialects (Kimi, DeepSeek) end `<think>` themselves; tag dialects run inside
     # `<think>` too, where only a complete, declared call leaves the reasoning.
     special_tokens: bool = False
@@ -56,20 +55,11 @@ def _deepseek(lexers: ScopeLexers, reasoning: bool) -> Lexer:
 
 
 def _harmony(lexers: ScopeLexers, reasoning: bool) -> Lexer:
-    # gpt-oss's template ends the prompt with `<|start|>assistant`: the content of a gpt-oss
-    # model may start with the rest of that role header (` to=functions.NAME<|channel|>…`)
     return HarmonyLexer(lexers.scope.for_dialect("harmony"), max_held=lexers.max_held, lead_recipient=not reasoning and lexers.harmony_start)
 
 
-_HARMONY_MODELS = re.compile(r"gpt-oss|gpt_oss", re.I)
-
-
 def _llama(lexers: ScopeLexers, reasoning: bool) -> Lexer:
-    # Llama 3.x's JSON calls without their tag, read only at the very start of a Llama's content
     return engine.lexer(specs.LLAMA, lexers.scope.for_dialect("llama"), max_held=lexers.max_held, bare_json=not reasoning and lexers.llama_bare_json)
-
-
-_LLAMA_MODELS = re.compile(r"llama|functionary", re.I)
 
 
 _KIMI_STARTS = ("<|tool_calls_section_begin|>", "<|tool_call_section_begin|>", "<|tool_call_begin|>")
@@ -79,7 +69,7 @@ _DEEPSEEK_STARTS = ("<\uff5ctool\u2581calls\u2581begin\uff5c>", "<\uff5ctool\u25
 DIALECTS: tuple[Dialect, ...] = (
     Dialect("kimi", re.compile(r"kimi|moonshot|k2", re.I), _kimi, _KIMI_STARTS, special_tokens=True, ends_reasoning=True),
     Dialect("deepseek", re.compile(r"deepseek", re.I), _deepseek, _DEEPSEEK_STARTS, special_tokens=True, ends_reasoning=True),
-    Dialect("harmony", _HARMONY_MODELS, _harmony, ("<|start|>", "<|channel|>"), special_tokens=True),
+    Dialect("harmony", re.compile(r"gpt-oss|gpt_oss", re.I), _harmony, ("<|start|>", "<|channel|>"), special_tokens=True),
     Dialect("mistral", re.compile(r"mistral|magistral|ministral|devstral|codestral|mixtral|pixtral", re.I), _spec(specs.MISTRAL), specs.MISTRAL.starts, special_tokens=True, ends_reasoning=True),
     # Hermes before the XML dialects: they share `<tool_call>`, and each takes only what follows
     # it in its own form (`{`, `<function=`, a name), releasing the rest at once.
@@ -92,7 +82,7 @@ DIALECTS: tuple[Dialect, ...] = (
     Dialect("qwen_xml", re.compile(r"qwen|nemotron", re.I), _spec(specs.QWEN_XML), specs.QWEN_XML.starts),
     Dialect("glm", re.compile(r"glm|zhipu|z-ai", re.I), _spec(specs.GLM), specs.GLM.starts),
     Dialect("minimax", re.compile(r"minimax", re.I), _spec(specs.MINIMAX), specs.MINIMAX.starts),
-    Dialect("llama", _LLAMA_MODELS, _llama, specs.LLAMA.starts),
+    Dialect("llama", re.compile(r"llama|functionary", re.I), _llama, specs.LLAMA.starts),
     Dialect("granite", re.compile(r"granite", re.I), _spec(specs.GRANITE), specs.GRANITE.starts),
     Dialect("nemotron", re.compile(r"nemotron", re.I), _spec(specs.NEMOTRON), specs.NEMOTRON.starts),
     Dialect("command", re.compile(r"command-a|command-r7b|c4ai-command|cohere", re.I), _spec(specs.COMMAND), specs.COMMAND.starts, reasoning_tags=(("<|START_THINKING|>", "<|END_THINKING|>"),)),
@@ -114,20 +104,20 @@ def starts_in_reasoning(context) -> bool:
     return bool(PREOPENED_MODELS.search(context.model))
 
 
-def reads_bare_json(context) -> bool:
-    """Llama's JSON calls without a tag: read only for models named Llama (prose holds JSON)."""
-    return any(d.name == "llama" for d in dialects_for(context.model, context.dialects)) and bool(_LLAMA_MODELS.search(context.model))
+def _reads_own_start(context, name: str) -> bool:
+    """Does dialect `name` read the start of the content with no marker in it? Only where it runs,
+    for a model its own pattern names: Llama 3.x's JSON calls without their tag (prose holds
+    JSON); the rest of gpt-oss's first role header (its template ends the prompt with
+    `<|start|>assistant`: the content may start with ` to=functions.NAME<|channel|>…`)."""
+    dialect = next(d for d in DIALECTS if d.name == name)
+    return dialect in dialects_for(context.model, context.dialects) and bool(dialect.models.search(context.model))
 
 
 def reads_the_start(context) -> bool:
     """Must the start of the content be read even without a marker in it? (Reasoning that
-    starts pre-opened; a Llama's bare JSON call.) Then no fast path may skip it."""
-    return starts_in_reasoning(context) or reads_bare_json(context) or reads_harmony_start(context)
-
-
-def reads_harmony_start(context) -> bool:
-    """gpt-oss's first role header, cut by the template: read only for models named gpt-oss."""
-    return any(d.name == "harmony" for d in dialects_for(context.model, context.dialects)) and bool(_HARMONY_MODELS.search(context.model))
+    starts pre-opened; a Llama's bare JSON call; gpt-oss's role header.) Then no fast path may
+    skip it."""
+    return starts_in_reasoning(context) or _reads_own_start(context, "llama") or _reads_own_start(context, "harmony")
 
 
 def dialects_for(model: str, forced: tuple[str, ...] | None) -> tuple[Dialect, ...]:
@@ -144,24 +134,22 @@ class ScopeLexers:
         self.scope = scope
         self.max_held = max_held
         self.kimi_namer = KimiCallNamer(scope.for_dialect("kimi"))  # shared: Kimi ids stay unique across channels
-        self.activity = Activity()  # every lexer made here reports to it: `idle` costs nothing
+        self.busy = 0  # lexers made here that hold something: each reports its own changes
         context = scope.context
         self._dialects = dialects_for(context.model, context.dialects)
         self.preopened = starts_in_reasoning(context)
-        self.llama_bare_json = reads_bare_json(context)
-        self.harmony_start = reads_harmony_start(context)
-        # The start of the content must be read even with no marker in it (the rewriters ask):
-        # a Llama's bare JSON call, or the rest of gpt-oss's first role header.
-        self.bare_json = self.llama_bare_json or self.harmony_start
+        self.llama_bare_json = _reads_own_start(context, "llama")
+        self.harmony_start = _reads_own_start(context, "harmony")
+        self.bare_json = self.llama_bare_json or self.harmony_start  # the rewriters must read the start
 
     @property
     def idle(self) -> bool:
         """No lexer of this scope holds anything (each reports its own changes)."""
-        return self.activity.busy == 0
+        return self.busy == 0
 
     def _watched(self, lexer: Lexer) -> Lexer:
         if isinstance(lexer, Reporting):
-            lexer.watched_by(self.activity)
+            lexer.watched_by(self)
         return lexer
 
     def new_lexer(self, *, reasoning: bool, preopened: bool = True, started: bool = False) -> Lexer:

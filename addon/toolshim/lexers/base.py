@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Protocol
+from typing import Any, Protocol
 
 from ..calls import excerpt  # noqa: F401  (re-exported: the lexers quote markup in notes)
 
@@ -72,37 +72,28 @@ class Lexer(Protocol):
         """True when nothing is held and text without markers would pass unchanged."""
 
 
-class Activity:
-    """How many lexers of one scope hold something: the scope is idle when none does. Each lexer
-    reports its own changes (`Reporting`), so the answer costs nothing to ask."""
-
-    __slots__ = ("busy",)
-
-    def __init__(self) -> None:
-        self.busy = 0
-
-    @property
-    def idle(self) -> bool:
-        return self.busy == 0
-
-
 class Reporting:
     """A lexer that knows whether it is idle (nothing held; text without markers would pass
-    unchanged) and reports each change to its scope's `Activity`, when it has one."""
+    unchanged) and reports each change to its watcher, when it has one: the `ScopeLexers` that
+    made it counts its lexers that hold something (`busy`), so its `idle` costs nothing to ask."""
 
     idle = True
-    activity: Activity | None = None
+    watcher: Any = None  # a ScopeLexers
+
+    def _report_idle(self) -> None:
+        """Report the lexer's `_idle_now()` (hot paths compare first, sparing the calls)."""
+        self._report(self._idle_now())
 
     def _report(self, idle: bool) -> None:
         if idle != self.idle:
             self.idle = idle
-            if self.activity is not None:
-                self.activity.busy += -1 if idle else 1
+            if self.watcher is not None:
+                self.watcher.busy += -1 if idle else 1
 
-    def watched_by(self, activity: Activity) -> None:
-        self.activity = activity
+    def watched_by(self, watcher: Any) -> None:
+        self.watcher = watcher
         if not self.idle:
-            activity.busy += 1
+            watcher.busy += 1
 
 
 @dataclass(slots=True, frozen=True, eq=False)
@@ -261,9 +252,7 @@ class ChainLexer:
         return self._through_second(self.first.feed(text))
 
     def finish(self) -> list[Segment]:
-        out = self._through_second(self.first.finish())
-        out += self.second.finish()
-        return out
+        return self._through_second(self.first.finish()) + self.second.finish()
 
     def _through_second(self, segments: list[Segment]) -> list[Segment]:
         out: list[Segment] = []

@@ -63,7 +63,7 @@ from ..calls import UNKNOWN_NAME, CallScope
 from ..tools import ToolSpec
 import json
 
-from ..judge import coerce_value, compact_json, reads_as_json, schema_types
+from ..schema import coerce_value, compact_json, reads_as_json, schema_types
 from .base import CallBegin, Marker, ReasoningEnd, Segment, Text, excerpt
 from .tokens import DROP, HOLD, KEEP, TEXT, TokenLexer
 

@@ -38,7 +38,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..calls import INVALID_JSON, SCHEMA_MISMATCH, STRICT_FAILURE, UNKNOWN_NAME, CallScope
-from ..judge import Calls, NotACall, ToolCallJudge, _properties, call_entries, coerce_value, compact_json, judge_call, judge_entries, pythonic_entries
+from ..judge import Calls, NotACall, ToolCallJudge, call_entries, judge_call, judge_entries, pythonic_entries
+from ..schema import _properties, coerce_value, compact_json
 from .base import CLOSED, MORE, STOP, WAIT, CallArgs, CallBegin, CallEnd, JsonScanner, Marker, Reporting, Segment, Text, TextPieces, excerpt, find_marker
 
 TEXT, AFTER = "text", "after"

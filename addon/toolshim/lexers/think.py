@@ -16,9 +16,8 @@ States (`_state`):
     START   --an opening tag first------> THINK    (the tag and whitespace before it dropped)
     START   --anything else-------------> CONTENT
     THINK   --a closing tag-------------> CONTENT  (the tag and the whitespace after it dropped)
-    THINK   --a tool-call section begins-> CONTENT  (the dialects that run and end reasoning,
-                                                    registry `ends_reasoning`: the call ends it; the marker goes on
-                                                    as content, for the call dialects)
+    THINK   --a tool-call section begins-> CONTENT  (registry `ends_reasoning`: the call ends it;
+                                                    the marker goes on, for the call dialects)
     CONTENT: everything is content, tags included (code and arguments may hold them)
 
 A pre-opened stream starts in THINK, where an opening tag written anyway (DeepSeek-R1-0528
@@ -31,7 +30,7 @@ from __future__ import annotations
 
 from .base import Lexer, Marker, ReasoningText, Reporting, Segment, Text, find_marker
 
-OPEN, CLOSE, TOOLS = "open", "close", "tools"
+CLOSE, TOOLS = "close", "tools"  # marker kinds inside a block
 _PAIRS = {
     "<think>": "</think>",
     "<reasoning>": "</reasoning>",
@@ -47,7 +46,6 @@ REASONING_TAGS = tuple(_PAIRS) + tuple(_PAIRS.values())
 # template renders the thought as one chunk, `[THINK]…[/THINK]`, before any `[TOOL_CALLS]`).
 _THOUGHT_KEEPS = {"[THINK]": ("[TOOL_CALLS]",)}
 
-_OPEN_MARKERS = tuple(Marker(t, OPEN) for t in _PAIRS)
 _CLOSE_MARKERS = tuple(Marker(t, CLOSE) for t in _PAIRS.values())
 
 START, CONTENT, THINK = "start", "content", "think"
@@ -62,19 +60,16 @@ class ThinkLexer(Reporting):
     """
 
     def __init__(self, *, preopened: bool = False, tool_starts: tuple[str, ...] = (), started: bool = False, pairs: dict[str, str] | None = None) -> None:
-        self._preopened = preopened
+        self._start = THINK if preopened else CONTENT if started else START  # started: content was sent before
         self._pairs = {**_PAIRS, **pairs} if pairs else _PAIRS
         closers = tuple(Marker(t, CLOSE) for t in self._pairs.values()) if pairs else _CLOSE_MARKERS
         self._think_markers = closers + tuple(Marker(t, TOOLS) for t in tool_starts)
         self._markers_in = {tag: tuple(m for m in self._think_markers if m.kind != TOOLS or m.text not in kept) for tag, kept in _THOUGHT_KEEPS.items()}
-        self._started = started  # content was already sent before this lexer saw any
         self._reset()
-        idle = self._idle_now()
-        if idle != self.idle:
-            self._report(idle)
+        self._report_idle()
 
     def _reset(self) -> None:
-        self._state = THINK if self._preopened else CONTENT if self._started else START
+        self._state = self._start
         self._at_start = True  # THINK: nothing read yet (a pre-opened model may still write `<think>`)
         self._opener = ""  # the tag that opened the block ("" when pre-opened)
         self._buf = ""
@@ -86,17 +81,13 @@ class ThinkLexer(Reporting):
     def feed(self, text: str) -> list[Segment]:
         self._buf += text
         out = self._run(final=False)
-        idle = self._idle_now()
-        if idle != self.idle:
-            self._report(idle)
+        self._report_idle()
         return out
 
     def finish(self) -> list[Segment]:
         out = self._run(final=True)
         self._reset()
-        idle = self._idle_now()
-        if idle != self.idle:
-            self._report(idle)
+        self._report_idle()
         return out
 
     def _run(self, final: bool) -> list[Segment]:
@@ -200,7 +191,7 @@ class ReasoningSplit:
 
     def finish(self) -> list[Segment]:
         out = self._route(self._think.finish())
-        out += self._flush(self._reasoning) + self._flush(self._content)
+        out += self._as_side(self._reasoning, self._reasoning.finish()) + self._content.finish()
         self._side = None
         return out
 
@@ -209,13 +200,10 @@ class ReasoningSplit:
         for seg in segments:
             side = self._reasoning if type(seg) is ReasoningText else self._content
             if self._side is not None and self._side is not side:
-                out += self._flush(self._side)  # what one side held ends where the other begins
+                out += self._as_side(self._side, self._side.finish())  # what one side held ends where the other begins
             self._side = side
             out += self._as_side(side, side.feed(seg.text))
         return out
-
-    def _flush(self, side: Lexer) -> list[Segment]:
-        return self._as_side(side, side.finish())
 
     def _as_side(self, side: Lexer, segments: list[Segment]) -> list[Segment]:
         if side is self._content:

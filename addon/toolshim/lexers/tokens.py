@@ -14,7 +14,8 @@ import re
 from collections.abc import Callable
 
 from ..calls import CallScope
-from ..judge import ToolCallJudge, compact_json
+from ..judge import ToolCallJudge
+from ..schema import compact_json
 from .base import CallArgs, CallBegin, CallEnd, Marker, Reporting, Segment, Text, find_marker, is_marker_fragment
 
 TEXT = "text"
