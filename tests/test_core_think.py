@@ -192,3 +192,43 @@ def test_a_preopened_model_behind_a_reasoning_parser_keeps_content_in_json_and_r
     body = responses_sse(responses_events("deepseek-ai/DeepSeek-R1-0528", ["It is sunny."], reasoning_pieces=["Weather."]))
     rewriter = ResponsesStreamRewriter(RequestContext.from_body(b'{"model": "deepseek-ai/DeepSeek-R1-0528", "input": "hi"}'))
     assert b"".join(rewriter.feed(body) + rewriter.close()) == body
+
+
+# -- a bare closer (issue 20 item 1): a family whose template may have opened the block ------------
+
+
+def watched(pieces: list[str]) -> list:
+    """ThinkLexer as ScopeLexers makes it for such a family when the request says nothing."""
+    lexer = ThinkLexer(bare_close=("<tool_call>",))
+    out = []
+    for piece in pieces:
+        out += lexer.feed(piece)
+    return [seg.text for seg in out + lexer.finish()]
+
+
+def test_a_bare_closer_never_reaches_content_at_every_split():
+    # What came before it went out as content (it could not be told then); the closer goes, the
+    # layout after it stays so that the two do not run together; a later closer is text.
+    text = "The user asks.</think>\n\nHello </think> there"
+    assert "".join(watched([text])) == "The user asks.\n\nHello </think> there"
+    for cut in range(1, len(text)):
+        assert "".join(watched([text[:cut], text[cut:]])) == "The user asks.\n\nHello </think> there", cut
+
+
+def test_after_a_call_marker_the_closer_is_the_models_text():
+    # arguments may hold the tags: once a call may have begun, nothing is watched
+    text = 'Run it: <tool_call>{"name": "strip", "arguments": {"s": "</think>"}}</tool_call>'
+    assert "".join(watched([text])) == text
+    assert "".join(watched(list(text))) == text
+
+
+def test_only_the_watching_families_drop_it():
+    """Qwen3 without a word on thinking in the request: the closer goes. Llama (no template that
+    opens the block) and Qwen3 with thinking turned off: it is the model's text."""
+    from test_thinking_by_request import stream_content
+
+    pieces = ["The user ", "asks.</th", "ink>\n\n", "Hello."]
+    assert stream_content("Qwen/Qwen3-32B", {}, pieces)["content"] == "The user asks.\n\nHello."
+    assert stream_content("meta-llama/Llama-3.3-70B", {}, pieces)["content"] == "".join(pieces)
+    off = {"chat_template_kwargs": {"enable_thinking": False}}
+    assert stream_content("Qwen/Qwen3-32B", off, pieces)["content"] == "".join(pieces)

@@ -119,7 +119,7 @@ class RepairPolicy:
 # on: llama.cpp's nemotron_v2 / nemotron_v3 chat formats read such output as opened). A template
 # that leaves the tag to the model is read alike: an opening tag the model writes anyway is
 # dropped (lexers/think.py).
-_THINKING_TEMPLATES = re.compile(r"deepseek|glm-?4\.[5-9]|glm-?[5-9]|minimax-m|kimi|moonshot|k2|qwen3|qwq|nemotron", re.I)
+THINKING_TEMPLATES = re.compile(r"deepseek|glm-?4\.[5-9]|glm-?[5-9]|minimax-m|kimi|moonshot|k2|qwen3|qwq|nemotron", re.I)
 # Models whose name says they think whatever the request says: the templates that always open
 # the block (DeepSeek-R1, QwQ, Qwen3 Thinking, Qwen3.5/3.6) and the suffixes `-reasoner` and
 # `-thinking`. (A server that splits reasoning itself sends its reasoning field first, and then
@@ -160,6 +160,6 @@ def reasoning_preopened(model: str, request: dict) -> bool | None:
     requested = thinking_requested(request)
     if requested is False:
         return False
-    if requested and _THINKING_TEMPLATES.search(model) or _ALWAYS_THINKING.search(model):
+    if requested and THINKING_TEMPLATES.search(model) or _ALWAYS_THINKING.search(model):
         return True
     return None

@@ -14,6 +14,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from ..backends import THINKING_TEMPLATES
 from ..calls import CallScope
 from .base import ChainLexer, Lexer, PlainText, Reporting
 from . import engine, specs
@@ -37,6 +38,10 @@ class Dialect:
     ends_reasoning: bool = False
     # Reasoning tags of the family's own, split like `<think>` where the dialect runs.
     reasoning_tags: tuple[tuple[str, str], ...] = ()
+    # Does its markup in a reasoning field make calls? Not Mistral's: its calls follow `[/THINK]`
+    # and its reasoning parser (vLLM's) hands the tool parser only what follows; markup inside
+    # the thought is the thought (as in content, lexers/think.py).
+    calls_in_reasoning: bool = True
 
 
 def _spec(spec: specs.Spec) -> Callable[[ScopeLexers, bool], Lexer]:
@@ -70,7 +75,7 @@ DIALECTS: tuple[Dialect, ...] = (
     Dialect("kimi", re.compile(r"kimi|moonshot|k2", re.I), _kimi, _KIMI_STARTS, special_tokens=True, ends_reasoning=True),
     Dialect("deepseek", re.compile(r"deepseek", re.I), _deepseek, _DEEPSEEK_STARTS, special_tokens=True, ends_reasoning=True),
     Dialect("harmony", re.compile(r"gpt-oss|gpt_oss", re.I), _harmony, ("<|start|>", "<|channel|>"), special_tokens=True),
-    Dialect("mistral", re.compile(r"mistral|magistral|ministral|devstral|codestral|mixtral|pixtral", re.I), _spec(specs.MISTRAL), specs.MISTRAL.starts, special_tokens=True, ends_reasoning=True),
+    Dialect("mistral", re.compile(r"mistral|magistral|ministral|devstral|codestral|mixtral|pixtral", re.I), _spec(specs.MISTRAL), specs.MISTRAL.starts, special_tokens=True, ends_reasoning=True, calls_in_reasoning=False),
     # Hermes before the XML dialects: they share `<tool_call>`, and each takes only what follows
     # it in its own form (`{`, `<function=`, a name), releasing the rest at once.
     # Granite 4 writes Hermes blocks.
@@ -95,6 +100,9 @@ MARKUP_STARTS = tuple(dict.fromkeys([t for d in DIALECTS for t in d.starts] + li
 # Chat templates that open the reasoning block in the prompt: the output starts inside it and
 # only `</think>` appears (research: parsers.md 1.10).
 PREOPENED_MODELS = re.compile(r"deepseek-r1|qwq|qwen3-[\w.-]*thinking|qwen3\.[56]", re.I)
+# Families whose templates open the block when thinking is on (backends.py): where the request
+# does not say, their output may still start inside it, and a bare closer may come.
+MAY_BE_PREOPENED = THINKING_TEMPLATES
 
 
 def starts_in_reasoning(context) -> bool:
@@ -138,6 +146,8 @@ class ScopeLexers:
         context = scope.context
         self._dialects = dialects_for(context.model, context.dialects)
         self.preopened = starts_in_reasoning(context)
+        self.may_be_preopened = not self.preopened and context.reasoning_preopened is None and bool(MAY_BE_PREOPENED.search(context.model))
+        self._call_starts = tuple(dict.fromkeys(t for d in self._dialects for t in d.starts))
         self.llama_bare_json = _reads_own_start(context, "llama")
         self.harmony_start = _reads_own_start(context, "harmony")
         self.bare_json = self.llama_bare_json or self.harmony_start  # the rewriters must read the start
@@ -157,17 +167,22 @@ class ScopeLexers:
         `preopened=False`: upstream splits reasoning itself, so content never starts inside it;
         `started`: content was already sent, so no reasoning block can open any more."""
         if reasoning:
-            return self._calls(reasoning=True)
+            return self._calls(reasoning=True, field=True)
         tool_starts = tuple(t for d in self._dialects if d.ends_reasoning for t in d.starts)
         pairs = dict(pair for d in self._dialects for pair in d.reasoning_tags)
-        think = self._watched(ThinkLexer(preopened=self.preopened and preopened and not started, tool_starts=tool_starts, started=started, pairs=pairs))
+        # A family whose template may have opened the block (the request did not say) may write a
+        # bare closer: watched for up to the first call marker (see ThinkLexer).
+        bare_close = self._call_starts if self.may_be_preopened and preopened else None
+        think = ThinkLexer(preopened=self.preopened and preopened and not started, tool_starts=tool_starts, started=started, pairs=pairs, bare_close=bare_close)
+        self._watched(think)
         return ReasoningSplit(think, self._calls(reasoning=True, tags_only=True), self._calls(reasoning=False))
 
-    def _calls(self, *, reasoning: bool, tags_only: bool = False) -> Lexer:
-        """The chain of call dialects; none at all when no call may be made (tool_choice none)."""
+    def _calls(self, *, reasoning: bool, tags_only: bool = False, field: bool = False) -> Lexer:
+        """The chain of call dialects (`field`: of a reasoning field); none at all when no call may
+        be made (tool_choice none)."""
         if self.scope.context.tool_choice_none:
             return PlainText()
-        stages = [self._watched(d.make(self, reasoning)) for d in self._dialects if not (tags_only and d.special_tokens)]
+        stages = [self._watched(d.make(self, reasoning)) for d in self._dialects if not (tags_only and d.special_tokens) and not (field and not d.calls_in_reasoning)]
         return chain(stages) if stages else PlainText()
 
 

@@ -14,14 +14,18 @@ tag to come: `preopened=True`.
 States (`_state`):
 
     START   --an opening tag first------> THINK    (the tag and whitespace before it dropped)
-    START   --anything else-------------> CONTENT
+    START   --anything else-------------> CONTENT  (WATCH where a closer may come bare)
+    WATCH   --a closing tag-------------> CONTENT  (the tag and the whitespace after it dropped)
+    WATCH   --a tool-call marker--------> CONTENT  (arguments may hold the tags)
     THINK   --a closing tag-------------> CONTENT  (the tag and the whitespace after it dropped)
     THINK   --a tool-call section begins-> CONTENT  (registry `ends_reasoning`: the call ends it;
                                                     the marker goes on, for the call dialects)
     CONTENT: everything is content, tags included (code and arguments may hold them)
 
 A pre-opened stream starts in THINK, where an opening tag written anyway (DeepSeek-R1-0528
-writes its own) is dropped too.
+writes its own) is dropped too. WATCH (`bare_close`): a family whose template may open the block
+(by request: thinking was not said) may write a bare closer; what came before it went out as
+content, and the closer itself never does (issue 20: a bare `</think>` never reaches content).
 
 Only a possible tag prefix is ever held back, as in every dialect.
 """
@@ -30,7 +34,7 @@ from __future__ import annotations
 
 from .base import Lexer, Marker, ReasoningText, Reporting, Segment, Text, find_marker
 
-CLOSE, TOOLS = "close", "tools"  # marker kinds inside a block
+CLOSE, TOOLS, STOP = "close", "tools", "stop"  # marker kinds inside a block, and WATCH's own
 _PAIRS = {
     "<think>": "</think>",
     "<reasoning>": "</reasoning>",
@@ -48,7 +52,7 @@ _THOUGHT_KEEPS = {"[THINK]": ("[TOOL_CALLS]",)}
 
 _CLOSE_MARKERS = tuple(Marker(t, CLOSE) for t in _PAIRS.values())
 
-START, CONTENT, THINK = "start", "content", "think"
+START, CONTENT, THINK, WATCH = "start", "content", "think", "watch"
 
 
 class ThinkLexer(Reporting):
@@ -59,11 +63,16 @@ class ThinkLexer(Reporting):
     that strips think tags, an argument that holds them) and pass untouched.
     """
 
-    def __init__(self, *, preopened: bool = False, tool_starts: tuple[str, ...] = (), started: bool = False, pairs: dict[str, str] | None = None) -> None:
-        self._start = THINK if preopened else CONTENT if started else START  # started: content was sent before
+    def __init__(self, *, preopened: bool = False, tool_starts: tuple[str, ...] = (), started: bool = False, pairs: dict[str, str] | None = None, bare_close: tuple[str, ...] | None = None) -> None:
+        """`bare_close`: watch for a bare closer after a start that opened nothing, up to the first
+        of these markers (the running dialects' starts); None: no watch."""
         self._pairs = {**_PAIRS, **pairs} if pairs else _PAIRS
         closers = tuple(Marker(t, CLOSE) for t in self._pairs.values()) if pairs else _CLOSE_MARKERS
         self._think_markers = closers + tuple(Marker(t, TOOLS) for t in tool_starts)
+        # The families that may leave the block open all close it with `</think>` (backends.py).
+        self._watch_markers = None if bare_close is None else (Marker("</think>", CLOSE),) + tuple(Marker(t, STOP) for t in bare_close)
+        after_start = CONTENT if bare_close is None else WATCH
+        self._start = THINK if preopened else after_start if started else START  # started: content was sent before
         self._markers_in = {tag: tuple(m for m in self._think_markers if m.kind != TOOLS or m.text not in kept) for tag, kept in _THOUGHT_KEEPS.items()}
         self._reset()
         self._report_idle()
@@ -76,7 +85,8 @@ class ThinkLexer(Reporting):
         self._drop_ws = False  # after a closing tag: the blank lines that follow are layout
 
     def _idle_now(self) -> bool:
-        return self._state == CONTENT and not self._buf and not self._drop_ws
+        # WATCH too: text without a marker's first character passes as content unread.
+        return (self._state == CONTENT or self._state == WATCH) and not self._buf and not self._drop_ws
 
     def feed(self, text: str) -> list[Segment]:
         self._buf += text
@@ -113,9 +123,16 @@ class ThinkLexer(Reporting):
                     continue
                 self._at_start = False
                 if self._state == START:
-                    self._state = CONTENT
+                    self._state = CONTENT if self._watch_markers is None else WATCH
                     continue
-            match = find_marker(buf, pos, self._markers_in.get(self._opener, self._think_markers), final)
+            if self._state == WATCH:
+                markers = self._watch_markers
+            else:
+                markers = self._markers_in.get(self._opener, self._think_markers)
+            match = find_marker(buf, pos, markers, final)
+            if match is not None and match.marker is not None and match.marker.kind == STOP:
+                self._state = CONTENT  # the text, the marker and the rest go on as one piece, as ever
+                continue
             end = len(buf) if match is None else match.pos
             if match is not None and match.marker is None:
                 # A possible tag is held: so is the whitespace in front of it, else the dialects
@@ -129,10 +146,12 @@ class ThinkLexer(Reporting):
                 break
             marker = match.marker
             pos = match.pos + len(marker.text)
-            self._state = CONTENT
+            was, self._state = self._state, CONTENT
             if marker.kind == CLOSE:
-                self._drop_ws = True
-            else:  # a tool call begins inside reasoning: it is content for the call dialects
+                # After a bare closer the text before it was sent as content: what follows keeps
+                # its layout, so that the two do not run together.
+                self._drop_ws = was == THINK
+            else:  # a tool call begins (inside reasoning, or WATCH ends): content for the call dialects
                 out.append(Text(marker.text))
         self._buf = buf[pos:]
         if final and self._buf:  # whitespace or a cut tag at the very end: it was text
