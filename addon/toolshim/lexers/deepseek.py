@@ -107,8 +107,9 @@ _MARKERS = {
     **dict.fromkeys((INVOKE, INVOKE_VISIBLE), _INVOKE_MARKERS),
 }
 
-_FENCED_NAME = re.compile(r"[^\s`{]+")
-_FENCE_LANGUAGE = re.compile(r"[A-Za-z]*")
+# A V3 call after its separator: the name, then fenced arguments (a language word after the
+# opening fence), bare JSON, or nothing.
+_FENCED = re.compile(r"([^\s`{]++)\s*+(?:```[A-Za-z]*+(.*)```|(\{.*)|)", re.S)  # possessive: linear however long
 _INVOKE_ATTRS = re.compile(r'\s+name="([^"]*)"\s*')
 _PARAMETER_ATTRS = re.compile(r'\s+name="([^"]*)"(?:\s+string="(true|false)")?\s*')
 _NOT_SPACE = re.compile(r"\S")
@@ -316,20 +317,11 @@ def _fenced_call(body: str, tools: dict[str, ToolSpec]) -> tuple[str, str] | Non
     text = body.strip()
     if text.startswith("{"):
         return ("function", text) if "function" in tools else None
-    name = _FENCED_NAME.match(text)
-    if name is None:
+    found = _FENCED.fullmatch(text)  # None also when the fence never closed
+    if found is None:
         return None
-    rest = text[name.end() :].lstrip()
-    if rest.startswith("```"):
-        if len(rest) < 6 or not rest.endswith("```"):
-            return None  # the fence never closed
-        inner = rest[3:-3]
-        arguments = inner[_FENCE_LANGUAGE.match(inner).end() :].strip()
-    elif not rest or rest.startswith("{"):
-        arguments = rest
-    else:
-        return None
-    return name.group().removeprefix("functions."), arguments
+    fenced, bare = found.group(2, 3)
+    return found.group(1).removeprefix("functions."), fenced.strip() if fenced is not None else bare or ""
 
 
 def _invoke_call(raw: str, tools: dict[str, ToolSpec]) -> tuple[str, str] | None:
