@@ -62,7 +62,7 @@ from ..calls import CallScope
 from ..judge import _properties, coerce_value, compact_json, reads_as_json, schema_types
 from ..tools import ToolSpec
 from .base import Marker, ReasoningEnd, Segment, Text
-from .tokens import ARGS, DROP, HELD, HOLD, KEEP, MAX_HEADER, TEXT, VISIBLE, TokenLexer
+from .tokens import ARGS, DROP, HELD, HOLD, KEEP, TEXT, VISIBLE, TokenLexer
 
 BAR, SPACE = "\uff5c", "\u2581"  # the fullwidth bar and the "lower one eighth block" space
 
@@ -138,10 +138,6 @@ class DeepSeekLexer(TokenLexer):
         self._made_call = False
         self._bare = False  # a call with no section around it
 
-    def _reset_call(self) -> None:
-        super()._reset_call()
-        self._header = ""
-
     def feed(self, text: str) -> list[Segment]:
         if self._pass_through:
             return [Text(text)] if text else []
@@ -174,14 +170,9 @@ class DeepSeekLexer(TokenLexer):
         elif state == ARGS:
             self._args_text(text, out)
         elif state == HEADER:
-            self._raw_add(text)
-            self._header += text
-            if len(self._header) > MAX_HEADER:
-                self._release(out)
+            self._header_add(text, out)
         elif state in (HELD, FENCED, INVOKE):
-            self._raw_add(text)
-            if self._raw_len > self._max_held:
-                self._release(out, INVOKE_VISIBLE if state == INVOKE else VISIBLE)
+            self._markup_add(text, out, INVOKE_VISIBLE if state == INVOKE else VISIBLE)
         else:  # VISIBLE, INVOKE_VISIBLE
             self._show(out, text)
 

@@ -113,8 +113,6 @@ class HarmonyLexer(TokenLexer):
         super()._reset_call()
         self._parts = {ROLE_PART: "", CHANNEL_PART: "", CONSTRAIN_PART: ""}
         self._part = ROLE_PART
-        self._header_len = 0
-        self._head = ""  # STRIPPED_HEAD: what follows `to=functions.`
         self._scanner.reset()  # STRIPPED_JSON: its place in the object
 
     def feed(self, text: str) -> list[Segment]:
@@ -158,7 +156,7 @@ class HarmonyLexer(TokenLexer):
             self._at_start = False
             self._open(_CHANNEL, found.group())  # the role header's rest, written before the channel
             self._parts[ROLE_PART] = found.group()
-            self._header_len = len(found.group())
+            self._header = found.group()
             return found.end() + len(_CHANNEL.text)
         if (found.end() == len(buf) or (found.group(1) and _CHANNEL.text.startswith(rest))) and len(buf) <= MAX_HEADER:
             return None
@@ -179,15 +177,10 @@ class HarmonyLexer(TokenLexer):
         elif state == ARGS:
             self._args_text(text, out)
         elif state == HEADER:
-            self._raw_add(text)
             self._parts[self._part] += text
-            self._header_len += len(text)
-            if self._header_len > MAX_HEADER:
-                self._release(out, TEXT)
+            self._header_add(text, out, TEXT)
         else:  # HELD
-            self._raw_add(text)
-            if self._raw_len > self._max_held:
-                self._release(out)
+            self._markup_add(text, out)
 
     # -- transitions ---------------------------------------------------------------------------
 
@@ -254,21 +247,22 @@ class HarmonyLexer(TokenLexer):
     # -- the stripped form ---------------------------------------------------------------------
 
     def _scan_head(self, buf: str, pos: int, out: list[Segment]) -> int | None:
-        """STRIPPED_HEAD: the name and an optional `json`, up to the `{` of the arguments."""
+        """STRIPPED_HEAD: the name and an optional `json` (the header: what follows
+        `to=functions.`), up to the `{` of the arguments."""
         # The head is at most MAX_HEADER long, so reading it again with each piece is bounded.
-        window = self._head + buf[pos : pos + MAX_HEADER + 1]
+        window = self._header + buf[pos : pos + MAX_HEADER + 1]
         fits = _STRIPPED_HEAD.match(window).end()
-        taken = fits - len(self._head)
+        taken = fits - len(self._header)
         self._raw_add(buf[pos : pos + taken])
-        self._head = window[:fits]
+        self._header = window[:fits]
         pos += taken
         # The first character that is not name, word or whitespace must begin the arguments.
-        name = self._stripped_name(self._head) if window[fits : fits + 1] == "{" else None
+        name = self._stripped_name(self._header) if window[fits : fits + 1] == "{" else None
         if name is not None:
             self._name = name
             self._body_start = len(self._raw)
             self._state = STRIPPED_JSON
-        elif fits < len(window) or len(self._head) > MAX_HEADER:
+        elif fits < len(window) or len(self._header) > MAX_HEADER:
             self._give_up(out)
         else:
             return None

@@ -30,7 +30,7 @@ from ..calls import UNKNOWN_NAME, CallScope
 from ..judge import _properties
 from ..tools import TOOL_NAME
 from .base import CallArgs, CallBegin, Marker, ReasoningEnd, Segment, Text, excerpt, find_marker, is_marker_fragment
-from .tokens import ARGS, DROP, HOLD, KEEP, MAX_HEADER, TEXT, VISIBLE, TokenLexer
+from .tokens import ARGS, DROP, HOLD, KEEP, TEXT, VISIBLE, TokenLexer
 
 SECTION_BEGIN, SECTION_END = "section_begin", "section_end"
 CALL_BEGIN, ARGUMENT_BEGIN, CALL_END = "call_begin", "argument_begin", "call_end"
@@ -151,7 +151,6 @@ class KimiLexer(TokenLexer):
 
     def _reset_call(self) -> None:
         super()._reset_call()
-        self._header = ""
         self._args_from = 0  # INFER: where the held arguments begin, in characters of `_raw`
 
     def feed(self, text: str) -> list[Segment]:
@@ -231,10 +230,7 @@ class KimiLexer(TokenLexer):
         elif state == ARGS:
             self._args_text(text, out)
         elif state == HEADER:
-            self._header += text
-            self._raw_add(text)
-            if len(self._header) > MAX_HEADER:
-                self._release(out)
+            self._header_add(text, out)
         elif state == INFER:
             self._raw_add(text)
             if self._raw_len - self._args_from > self._max_held:

@@ -55,6 +55,7 @@ class TokenLexer(Reporting):
         self._raw_len = 0
         self._body_start = 0  # where its arguments begin in `_raw`
         self._name = ""  # a held call's tool
+        self._header = ""  # the header as written: a call's name, a message's role and channel
         self._args_sent = False
 
     def _finish(self, fragment: str, out: list[Segment]) -> None:
@@ -197,6 +198,19 @@ class TokenLexer(Reporting):
 
     def _raw_text(self, start: int = 0) -> str:
         return "".join(self._raw[start:])
+
+    def _header_add(self, text: str, out: list[Segment], then: str = VISIBLE) -> None:
+        """Header text, held; a header longer than MAX_HEADER is none: released, then `then`."""
+        self._raw_add(text)
+        self._header += text
+        if len(self._header) > MAX_HEADER:
+            self._release(out, then)
+
+    def _markup_add(self, text: str, out: list[Segment], then: str = VISIBLE) -> None:
+        """Markup held as written; more than max_held of it is released, then `then`."""
+        self._raw_add(text)
+        if self._raw_len > self._max_held:
+            self._release(out, then)
 
     def _release(self, out: list[Segment], state: str = VISIBLE, closing: str = "") -> None:
         """The current call cannot become one: its markup so far is shown as written (`closing`
