@@ -255,10 +255,7 @@ class DeepSeekLexer(TokenLexer):
         if state == ARGS:
             self._close_args(out)
             return
-        if state in (VISIBLE, INVOKE_VISIBLE):
-            self._show(out, rest + closing)
-            return
-        found = None
+        found = None  # VISIBLE, INVOKE_VISIBLE: nothing is held, the rest is shown
         if state == HELD:
             found = self._name, self._raw_text(self._body_start).strip()
         elif state == FENCED:

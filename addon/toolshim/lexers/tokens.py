@@ -25,9 +25,8 @@ _NOT_SPACE = re.compile(r"\S")
 
 
 class TokenLexer(Reporting):
-    """The machinery of one channel's special-token lexer. Subclasses give the states: the
-    markers each looks for (`_markers`), the text between them (`_take`), each marker
-    (`_on_marker`), the end (`_finish`)."""
+    """One channel's special-token lexer; subclasses give the states (`_markers`, `_take`,
+    `_on_marker`, `_finish`)."""
 
     # States read character by character rather than marker by marker: state -> reader(buf, pos,
     # out), which returns where reading goes on, or None (everything was read).
