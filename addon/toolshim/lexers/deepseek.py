@@ -87,8 +87,6 @@ _DSML_BEGINS = (Marker(f"<{_DSML}function_calls>", DSML_BEGIN), Marker(f"<{_DSML
 _DSML_ENDS = (Marker(f"</{_DSML}function_calls>", DSML_END), Marker(f"</{_DSML}tool_calls>", DSML_END))
 _INVOKE_BEGIN = Marker(f"<{_DSML}invoke", INVOKE_BEGIN)  # attributes follow: read when the invoke closes
 _INVOKE_END = Marker(f"</{_DSML}invoke>", INVOKE_END)
-PARAMETER_BEGIN = f"<{_DSML}parameter"
-PARAMETER_END = f"</{_DSML}parameter>"
 _THINK_END = Marker("</think>", THINK_END)
 
 SECTION, HEADER, FENCED = "section", "header", "fenced"
@@ -110,9 +108,10 @@ _MARKERS = {
 # A V3 call after its separator: the name, then fenced arguments (a language word after the
 # opening fence), bare JSON, or nothing.
 _FENCED = re.compile(r"([^\s`{]++)\s*+(?:```[A-Za-z]*+(.*)```|(\{.*)|)", re.S)  # possessive: linear however long
-_INVOKE_ATTRS = re.compile(r'\s+name="([^"]*)"\s*')
-_PARAMETER_ATTRS = re.compile(r'\s+name="([^"]*)"(?:\s+string="(true|false)")?\s*')
-_NOT_SPACE = re.compile(r"\S")
+# A whole invoke, and each parameter in its body (whitespace before it): the attributes end at
+# the first `>`, a value at the first parameter end.
+_INVOKE = re.compile(rf'{re.escape(_INVOKE_BEGIN.text)}\s+name="([^">]*)"\s*>(.*){re.escape(_INVOKE_END.text)}', re.S)
+_PARAMETER = re.compile(rf'\s*<{_DSML}parameter\s+name="([^">]*)"(?:\s+string="(true|false)")?\s*>(.*?)</{_DSML}parameter>', re.S)
 
 
 class DeepSeekLexer(TokenLexer):
@@ -318,34 +317,20 @@ def _invoke_call(raw: str, tools: dict[str, ToolSpec]) -> tuple[str, str] | None
     The arguments object is written from the parameters in order, each value by
     `_parameter_value`. Values are read one by one, so a value can never add keys of its own.
     """
-    head_end = raw.find(">", len(_INVOKE_BEGIN.text))
-    attrs = _INVOKE_ATTRS.fullmatch(raw, len(_INVOKE_BEGIN.text), head_end) if head_end != -1 else None
-    if attrs is None:
+    invoke = _INVOKE.fullmatch(raw)
+    if invoke is None:
         return None
-    name = attrs.group(1).strip().removeprefix("functions.")
+    name = invoke.group(1).strip().removeprefix("functions.")
     properties = _properties(tools.get(name)) or {}
-    body = raw[head_end + 1 : len(raw) - len(_INVOKE_END.text)]
-    members: list[str] = []
-    pos = 0
-    while True:
-        found = _NOT_SPACE.search(body, pos)
-        if found is None:
-            break
-        pos = found.start()
-        if body.startswith(PARAMETER_BEGIN, pos):
-            attrs_end = body.find(">", pos + len(PARAMETER_BEGIN))
-            param = _PARAMETER_ATTRS.fullmatch(body, pos + len(PARAMETER_BEGIN), attrs_end) if attrs_end != -1 else None
-            close = body.find(PARAMETER_END, attrs_end + 1) if param is not None else -1
-            if close == -1:
-                return None
-            key, string, value = param.group(1), param.group(2), body[attrs_end + 1 : close]
-            members.append(compact_json(key) + ":" + _parameter_value(value, string, properties.get(key)))
-            pos = close + len(PARAMETER_END)
-        elif not members and body[pos] == "{":
-            return name, body[pos:].rstrip()  # the arguments written as one JSON object
-        else:
-            return None  # something else inside the invoke: not ours to guess
-    return name, "{" + ",".join(members) + "}"
+    body, members, pos = invoke.group(2), [], 0
+    while param := _PARAMETER.match(body, pos):
+        key, string, value = param.groups()
+        members.append(compact_json(key) + ":" + _parameter_value(value, string, properties.get(key)))
+        pos = param.end()
+    rest = body[pos:].strip()
+    if not members and rest.startswith("{"):
+        return name, rest  # the arguments written as one JSON object
+    return None if rest else (name, "{" + ",".join(members) + "}")  # anything else: not ours to guess
 
 
 def _parameter_value(value: str, string: str | None, prop: object) -> str:
