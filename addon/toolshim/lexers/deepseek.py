@@ -29,19 +29,17 @@ rebuilt as one JSON object from its parameters; a call as soon as it closes).
 
 States (`_state`), and what moves between them:
 
-    TEXT    --section begin--> SECTION    TEXT --call begin--> HEADER (a call with no section)
-    TEXT    --DSML begin-----> BLOCK      TEXT --`</think>` (reasoning, after a section)--> TEXT
-    SECTION --call begin-----> HEADER     SECTION --section end--> TEXT
-    HEADER  --separator, header is `function`-----------------> FENCED (held to the call end)
-    HEADER  --separator, declared non-strict tool, admitted---> ARGS   (streamed live)
-    HEADER  --separator, declared strict tool------------------> HELD   (held to the call end)
-    HEADER  --separator, anything else, or header too long----> VISIBLE (the call stays text)
-    ARGS, HELD, FENCED, VISIBLE --call end--> SECTION (TEXT for a call with no section)
-    ARGS, HELD, FENCED, VISIBLE --call begin--> HEADER (the next call; the last one is closed)
-    ARGS, HELD, FENCED, VISIBLE --section end--> TEXT
-    BLOCK   --invoke begin---> INVOKE     BLOCK --DSML end--> TEXT
-    INVOKE  --invoke end-----> BLOCK (a call, or the invoke as text)
+    TEXT    --section begin--> SECTION, --DSML begin--> BLOCK, --call begin--> HEADER (no section)
+    TEXT    --`</think>` (reasoning channel, after a section)--> TEXT
+    SECTION --call begin--> HEADER, --section end--> TEXT
+    HEADER  --separator--> FENCED (the header is `function`: held to the call end), ARGS (a
+            declared non-strict tool, admitted: live), HELD (a strict tool: held to the call
+            end), VISIBLE (anything else, or a header over MAX_HEADER: the call stays text)
+    ARGS, HELD, FENCED, VISIBLE --call end--> SECTION (TEXT for a call with no section),
+            --call begin--> HEADER (the next call; the last one is closed), --section end--> TEXT
+    BLOCK   --invoke begin--> INVOKE --invoke end--> BLOCK (a call, or the invoke as text)
     INVOKE  --held more than max_held--> INVOKE_VISIBLE --invoke end--> BLOCK
+    BLOCK, INVOKE, INVOKE_VISIBLE --DSML end--> TEXT
 
 Text and padding (the output depends on the text, never on its pieces): text outside markup
 passes as it comes, whitespace in front of a section and stray closers included. Inside a
@@ -51,21 +49,20 @@ a section is shown with the whitespace around it. After calls, whitespace is hel
 it back, the next section takes it, the end drops it). A call that does not become one
 (undeclared, not admitted, strict failure, cut off, over `max_held`) is text exactly as
 written. `finish()`: a live call is closed (`{}` when no argument came), a held call is judged
-if complete (an invoke needs its end), anything else held is text; the lexer is as new. Without
-declared tools everything passes through at once.
+if complete (an invoke needs its end), anything else held is text. Without declared tools
+everything passes through at once.
 """
 
 from __future__ import annotations
 
+import json
 import re
 
-from ..calls import UNKNOWN_NAME, CallScope
+from ..calls import CallScope
+from ..schema import _properties, coerce_value, compact_json, reads_as_json, schema_types
 from ..tools import ToolSpec
-import json
-
-from ..schema import coerce_value, compact_json, reads_as_json, schema_types
-from .base import CallBegin, Marker, ReasoningEnd, Segment, Text, excerpt
-from .tokens import DROP, HOLD, KEEP, TEXT, TokenLexer
+from .base import Marker, ReasoningEnd, Segment, Text
+from .tokens import ARGS, DROP, HELD, HOLD, KEEP, TEXT, VISIBLE, TokenLexer
 
 BAR, SPACE = "\uff5c", "\u2581"  # the fullwidth bar and the "lower one eighth block" space
 
@@ -90,45 +87,37 @@ _DSML_BEGINS = (Marker(f"<{_DSML}function_calls>", DSML_BEGIN), Marker(f"<{_DSML
 _DSML_ENDS = (Marker(f"</{_DSML}function_calls>", DSML_END), Marker(f"</{_DSML}tool_calls>", DSML_END))
 _INVOKE_BEGIN = Marker(f"<{_DSML}invoke", INVOKE_BEGIN)  # attributes follow: read when the invoke closes
 _INVOKE_END = Marker(f"</{_DSML}invoke>", INVOKE_END)
-PARAMETER_BEGIN = f"<{_DSML}parameter"
-PARAMETER_END = f"</{_DSML}parameter>"
 _THINK_END = Marker("</think>", THINK_END)
+
+SECTION, HEADER, FENCED = "section", "header", "fenced"
+BLOCK, INVOKE, INVOKE_VISIBLE = "block", "invoke", "invoke_visible"
 
 # What each state looks for; every other marker-like text is plain text in that state.
 _V3_ALL = (_SECTION_BEGIN, _SECTION_END, _CALL_BEGIN, _SEPARATOR, _CALL_END)
 _TEXT_MARKERS = (_SECTION_BEGIN, _CALL_BEGIN) + _DSML_BEGINS
 _TEXT_MARKERS_REASONING = _TEXT_MARKERS + (_THINK_END,)
 _CALL_MARKERS = (_CALL_BEGIN, _CALL_END, _SECTION_END)  # what ends a call's arguments
-_BLOCK_MARKERS = _DSML_ENDS + (_INVOKE_BEGIN,)
 _INVOKE_MARKERS = (_INVOKE_END, _INVOKE_BEGIN) + _DSML_ENDS
-_ALL_MARKERS = _V3_ALL + _DSML_BEGINS + _DSML_ENDS + (_INVOKE_BEGIN, _INVOKE_END, _THINK_END)
-
-SECTION, HEADER, ARGS, HELD, FENCED, VISIBLE = "section", "header", "args", "held", "fenced", "visible"
-BLOCK, INVOKE, INVOKE_VISIBLE = "block", "invoke", "invoke_visible"
-
 _MARKERS = {
-    SECTION: _V3_ALL,
-    HEADER: _V3_ALL,
-    ARGS: _CALL_MARKERS,
-    HELD: _CALL_MARKERS,
-    FENCED: _CALL_MARKERS,
-    VISIBLE: _CALL_MARKERS,
-    BLOCK: _BLOCK_MARKERS,
-    INVOKE: _INVOKE_MARKERS,
-    INVOKE_VISIBLE: _INVOKE_MARKERS,
+    **dict.fromkeys((SECTION, HEADER), _V3_ALL),
+    **dict.fromkeys((ARGS, HELD, FENCED, VISIBLE), _CALL_MARKERS),
+    BLOCK: _DSML_ENDS + (_INVOKE_BEGIN,),
+    **dict.fromkeys((INVOKE, INVOKE_VISIBLE), _INVOKE_MARKERS),
 }
 
-MAX_HEADER = 256  # a call header longer than this is not a header: the call stays text
-
-_FENCED_NAME = re.compile(r"[^\s`{]+")
-_FENCE_LANGUAGE = re.compile(r"[A-Za-z]*")
-_INVOKE_ATTRS = re.compile(r'\s+name="([^"]*)"\s*')
-_PARAMETER_ATTRS = re.compile(r'\s+name="([^"]*)"(?:\s+string="(true|false)")?\s*')
-_NOT_SPACE = re.compile(r"\S")
+# A V3 call after its separator: the name, then fenced arguments (a language word after the
+# opening fence), bare JSON, or nothing.
+_FENCED = re.compile(r"([^\s`{]++)\s*+(?:```[A-Za-z]*+(.*)```|(\{.*)|)", re.S)  # possessive: linear however long
+# A whole invoke, and each parameter in its body (whitespace before it): the attributes end at
+# the first `>`, a value at the first parameter end.
+_INVOKE = re.compile(rf'{re.escape(_INVOKE_BEGIN.text)}\s+name="([^">]*)"\s*>(.*){re.escape(_INVOKE_END.text)}', re.S)
+_PARAMETER = re.compile(rf'\s*<{_DSML}parameter\s+name="([^">]*)"(?:\s+string="(true|false)")?\s*>(.*?)</{_DSML}parameter>', re.S)
 
 
 class DeepSeekLexer(TokenLexer):
     """Incremental lexer for one channel of one choice (see the module docstring)."""
+
+    _all_markers = _V3_ALL + _DSML_BEGINS + _DSML_ENDS + (_INVOKE_BEGIN, _INVOKE_END, _THINK_END)
 
     def __init__(self, scope: CallScope, *, max_held: int = 1 << 20, reasoning: bool = False) -> None:
         super().__init__(scope, max_held=max_held)
@@ -138,8 +127,7 @@ class DeepSeekLexer(TokenLexer):
         self._reset()
 
     def _reset(self) -> None:
-        self._reset_tokens()
-        self._run_text = False  # the text since the last marker holds something other than whitespace
+        super()._reset()
         self._seen_section = False
         self._reset_section()
 
@@ -148,46 +136,20 @@ class DeepSeekLexer(TokenLexer):
         self._pad_len = 0
         self._made_call = False
         self._bare = False  # a call with no section around it
-        self._reset_call()
-
-    def _reset_call(self) -> None:
-        self._raw: list[str] = []  # the markup of the current call (or invoke), as written
-        self._raw_len = 0
-        self._header = ""
-        self._body_start = 0  # where the call's arguments begin in `_raw`
-        self._name = ""
-        self._args_sent = False
 
     def feed(self, text: str) -> list[Segment]:
         if self._pass_through:
             return [Text(text)] if text else []
         return super().feed(text)
 
-    def finish(self) -> list[Segment]:
-        if self._pass_through:
-            return []
-        out: list[Segment] = []
-        cut, fragment = self._cut_at_end(_ALL_MARKERS)
-        self._take(cut, out)
-        state = self._state
-        if state == TEXT:
-            self._take(fragment, out)
-            self._end_run()  # whitespace after calls, at the very end: dropped
-        elif state in (SECTION, BLOCK):
-            self._pad_add(self._end_run(), out)
+    def _finish(self, fragment: str, out: list[Segment]) -> None:
+        if self._state in (SECTION, BLOCK):
+            self._pad_add(self._take_ws(), out)
             self._pad_add(fragment, out)
-        elif state == ARGS:
-            self._end_run()
-            self._close_call(out, closing="")
-        elif state in (HELD, FENCED):
-            self._close_call(out, closing="", rest=fragment)
-        else:  # HEADER, INVOKE: cut off before they were complete; VISIBLE, INVOKE_VISIBLE
-            self._show(out, "".join(self._raw) + fragment)
+        elif self._state != TEXT:  # (in TEXT, whitespace held after calls is dropped)
+            self._close_call(out, "", rest=fragment)
         if not self._made_call:
             self._show(out, "")  # a section nothing came of: its markup, as written
-        self._reset()
-        self._report_idle()
-        return out
 
     # -- scanning ------------------------------------------------------------------------------
 
@@ -199,125 +161,70 @@ class DeepSeekLexer(TokenLexer):
     def _take(self, text: str, out: list[Segment]) -> None:
         """Text between markers, in whatever pieces it comes."""
         state = self._state
-        if state == TEXT:
-            # HOLD: the held whitespace separates this prose from what came before the calls.
-            # DROP: the content after `</think>` starts at its first word.
+        if state in (TEXT, SECTION, BLOCK):
+            # HOLD: whitespace after a marker in a section (padding, if markup follows) or after
+            # calls (prose gets it back); text that is not markup is shown with the whitespace
+            # around it. DROP: the content after `</think>` starts at its first word.
             self._lead_text(text, out)
-        elif state in (SECTION, BLOCK):
-            if not self._run_text:
-                if _NOT_SPACE.search(text) is None:
-                    if self._hold(text):
-                        self._run_text = True
-                        self._show(out, self._take_ws())
-                    return
-                self._run_text = True
-                text = self._take_ws() + text
-            self._show(out, text)  # not markup: shown, with the whitespace around it
         elif state == ARGS:
             self._args_text(text, out)
         elif state == HEADER:
-            self._raw_add(text)
-            self._header += text
-            if len(self._header) > MAX_HEADER:
-                self._release(out, VISIBLE)
+            self._header_add(text, out)
         elif state in (HELD, FENCED, INVOKE):
-            self._raw_add(text)
-            if self._raw_len > self._max_held:
-                self._release(out, INVOKE_VISIBLE if state == INVOKE else VISIBLE)
+            self._markup_add(text, out, INVOKE_VISIBLE if state == INVOKE else VISIBLE)
         else:  # VISIBLE, INVOKE_VISIBLE
             self._show(out, text)
-
-    def _end_run(self) -> str:
-        """A marker (or the end) ends the run: the whitespace it held, if it was nothing else."""
-        self._run_text = False
-        return self._take_ws()
 
     # -- transitions ---------------------------------------------------------------------------
 
     def _on_marker(self, marker: Marker, out: list[Segment]) -> None:
         kind, state = marker.kind, self._state
-        padding = self._end_run()
+        padding = self._take_ws()
+        self._lead = HOLD  # what follows a marker in a section starts a run: padding, or text
         if state == TEXT:
             if kind == THINK_END:
                 out.append(ReasoningEnd())
                 self._lead = DROP  # the content after `</think>` starts at its first word
                 return
-            self._lead = KEEP
             self._reset_section()
             self._seen_section = True
             self._pad_add(padding, out)  # whitespace after earlier calls: this section's padding
             if kind == CALL_BEGIN:
                 self._bare = True
-                self._start_call(marker)
+                self._start(marker)
             else:
                 self._pad_add(marker.text, out)
                 self._state = SECTION if kind == SECTION_BEGIN else BLOCK
-        elif state == SECTION:
+        elif state in (SECTION, BLOCK):
             self._pad_add(padding, out)
-            if kind == CALL_BEGIN:
-                self._start_call(marker)
-            elif kind == SECTION_END:
+            if kind in (CALL_BEGIN, INVOKE_BEGIN):
+                self._start(marker)
+            elif kind in (SECTION_END, DSML_END):
                 self._end_section(out, marker.text)
             else:  # a stray separator, call end or section begin: markup of the section
                 self._pad_add(marker.text, out)
-        elif state == HEADER:
-            if kind == SEPARATOR:
-                self._raw_add(marker.text)
-                self._open_call(out)
-            elif kind == SECTION_BEGIN:
-                self._raw_add(marker.text)  # nonsense inside a header: the name will not resolve
-                self._header += marker.text
-            else:  # cut short before its separator: the call stays text
-                self._show(out, "".join(self._raw) + (marker.text if kind == CALL_END else ""))
-                self._after_call_marker(marker, out)
-        elif state in (ARGS, HELD, FENCED, VISIBLE):
-            # A call begin is not part of the call it closes: it opens the next one.
-            self._close_call(out, closing=marker.text if kind == CALL_END else "")
-            self._after_call_marker(marker, out)
-        elif state == BLOCK:
-            self._pad_add(padding, out)
-            if kind == INVOKE_BEGIN:
-                self._start_invoke(marker)
-            else:
+        elif state == HEADER and kind == SEPARATOR:
+            self._raw_add(marker.text)
+            self._open_call(out)
+        elif state == HEADER and kind == SECTION_BEGIN:
+            self._raw_add(marker.text)  # nonsense inside a header: the name will not resolve
+            self._header += marker.text
+        else:  # the call or invoke ends, by its end, the next one's begin or the section's end
+            self._close_call(out, marker.text if kind in (CALL_END, INVOKE_END) else "")
+            self._reset_call()
+            if kind in (CALL_BEGIN, INVOKE_BEGIN):
+                self._start(marker)
+            elif kind in (SECTION_END, DSML_END):
                 self._end_section(out, marker.text)
-        else:  # INVOKE, INVOKE_VISIBLE
-            if kind == INVOKE_END:
-                if state == INVOKE:
-                    self._raw_add(marker.text)
-                    self._close_invoke(out)
-                else:
-                    self._show(out, marker.text)
-                self._reset_call()
-                self._state = BLOCK
-                return
-            if state == INVOKE:  # no `</｜DSML｜invoke>`: the invoke is not complete, it stays text
-                self._show(out, "".join(self._raw))
-            if kind == INVOKE_BEGIN:
-                self._start_invoke(marker)
+            elif self._bare:
+                self._end_section(out, "")
             else:
-                self._end_section(out, marker.text)
+                self._state = SECTION if kind == CALL_END else BLOCK
 
-    def _after_call_marker(self, marker: Marker, out: list[Segment]) -> None:
-        """Where a call end, call begin or section end leaves us once the call is dealt with."""
-        self._reset_call()
-        if marker.kind == CALL_BEGIN:
-            self._start_call(marker)
-        elif marker.kind == SECTION_END:
-            self._end_section(out, marker.text)
-        elif self._bare:
-            self._end_section(out, "")
-        else:
-            self._state = SECTION
-
-    def _start_call(self, marker: Marker) -> None:
+    def _start(self, marker: Marker) -> None:
         self._reset_call()
         self._raw_add(marker.text)
-        self._state = HEADER
-
-    def _start_invoke(self, marker: Marker) -> None:
-        self._reset_call()
-        self._raw_add(marker.text)
-        self._state = INVOKE
+        self._state = HEADER if marker.kind == CALL_BEGIN else INVOKE
 
     def _end_section(self, out: list[Segment], closing: str) -> None:
         if self._made_call:
@@ -336,56 +243,34 @@ class DeepSeekLexer(TokenLexer):
             self._state = FENCED
             return
         name = header.removeprefix("functions.")
-        spec = self._scope.tools.get(name)
-        if spec is None:
-            self._scope.note(UNKNOWN_NAME, f"{excerpt(name)} is not a declared tool")
-            self._release(out, VISIBLE)
-        elif spec.strict:
-            self._name = name
-            self._state = HELD
-        elif not self._scope.admit(name):
-            self._release(out, VISIBLE)
-        else:
+        self._state = self._begin(out, name, name)
+        if self._state == ARGS:
             self._made()
-            out.append(CallBegin(self._scope.mint_call_id(), name))
-            self._state = ARGS
 
     def _close_call(self, out: list[Segment], closing: str, rest: str = "") -> None:
-        """The current call ends (by `closing`, or by what follows it)."""
+        """The current call ends, by `closing` or by what follows it (a call cut short before
+        its separator, or an invoke without its end, stays text)."""
         state = self._state
         if state == ARGS:
             self._close_args(out)
-        elif state in (HELD, FENCED):
-            body = "".join(self._raw[self._body_start :])
-            found = (self._name, body.strip()) if state == HELD else _fenced_call(body, self._scope.tools)
-            if found is None or not self._emit_verdict(out, *found):
-                self._show(out, "".join(self._raw) + rest + closing)
-        elif state == VISIBLE:
-            self._show(out, closing)
-
-    def _close_invoke(self, out: list[Segment]) -> None:
-        found = _invoke_call("".join(self._raw), self._scope.tools)
-        if found is None or not self._emit_verdict(out, *found):
-            self._show(out, "".join(self._raw))
-
-    def _emit_verdict(self, out: list[Segment], name: str, arguments: str) -> bool:
-        if not self._judged(out, name, arguments):
-            return False
-        self._made()
-        return True
+            return
+        found = None  # VISIBLE, INVOKE_VISIBLE: nothing is held, the rest is shown
+        if state == HELD:
+            found = self._name, self._raw_text(self._body_start).strip()
+        elif state == FENCED:
+            found = _fenced_call(self._raw_text(self._body_start), self._scope.tools)
+        elif state == INVOKE and closing:
+            found = _invoke_call(self._raw_text() + closing, self._scope.tools)
+        if found is not None and self._judged(out, *found):
+            self._made()
+        else:
+            self._show(out, self._raw_text() + rest + closing)
 
     def _made(self) -> None:
         """A call came of the section: its markup and padding so far are markup, dropped."""
         self._made_call = True
         self._pad = []
         self._pad_len = 0
-
-    def _release(self, out: list[Segment], state: str) -> None:
-        """The current call cannot become a call: shown as text; the rest of it follows as text."""
-        self._show(out, "".join(self._raw))
-        self._raw = []
-        self._raw_len = 0
-        self._state = state
 
     # -- output --------------------------------------------------------------------------------
 
@@ -419,83 +304,58 @@ def _fenced_call(body: str, tools: dict[str, ToolSpec]) -> tuple[str, str] | Non
     text = body.strip()
     if text.startswith("{"):
         return ("function", text) if "function" in tools else None
-    name = _FENCED_NAME.match(text)
-    if name is None:
+    found = _FENCED.fullmatch(text)  # None also when the fence never closed
+    if found is None:
         return None
-    rest = text[name.end() :].lstrip()
-    if rest.startswith("```"):
-        if len(rest) < 6 or not rest.endswith("```"):
-            return None  # the fence never closed
-        inner = rest[3:-3]
-        arguments = inner[_FENCE_LANGUAGE.match(inner).end() :].strip()
-    elif not rest or rest.startswith("{"):
-        arguments = rest
-    else:
-        return None
-    return name.group().removeprefix("functions."), arguments
+    fenced, bare = found.group(2, 3)
+    return found.group(1).removeprefix("functions."), fenced.strip() if fenced is not None else bare or ""
 
 
 def _invoke_call(raw: str, tools: dict[str, ToolSpec]) -> tuple[str, str] | None:
     """(name, arguments as JSON text) of a whole DSML invoke, or None: not a call.
 
-    The arguments object is written from the parameters in order: a `string="true"` value is
-    the text as is (no trimming: the official encoding writes it verbatim); a `string="false"`
-    value is the model's own JSON when it reads as one value, otherwise the text as a string,
-    left for schema validation to judge (as vLLM does). Values are read one by one, so a value
-    can never add keys of its own.
+    The arguments object is written from the parameters in order, each value by
+    `_parameter_value`. Values are read one by one, so a value can never add keys of its own.
     """
-    head_end = raw.find(">", len(_INVOKE_BEGIN.text))
-    attrs = _INVOKE_ATTRS.fullmatch(raw, len(_INVOKE_BEGIN.text), head_end) if head_end != -1 else None
-    if attrs is None:
+    invoke = _INVOKE.fullmatch(raw)
+    if invoke is None:
         return None
-    name = attrs.group(1).strip().removeprefix("functions.")
-    spec = tools.get(name)
-    body = raw[head_end + 1 : len(raw) - len(_INVOKE_END.text)]
-    members: list[str] = []
-    pos = 0
-    while True:
-        found = _NOT_SPACE.search(body, pos)
-        if found is None:
-            break
-        pos = found.start()
-        if body.startswith(PARAMETER_BEGIN, pos):
-            attrs_end = body.find(">", pos + len(PARAMETER_BEGIN))
-            param = _PARAMETER_ATTRS.fullmatch(body, pos + len(PARAMETER_BEGIN), attrs_end) if attrs_end != -1 else None
-            close = body.find(PARAMETER_END, attrs_end + 1) if param is not None else -1
-            if close == -1:
-                return None
-            key, string, value = param.group(1), param.group(2), body[attrs_end + 1 : close]
-            members.append(compact_json(key) + ":" + _parameter_value(value, string, spec, key))
-            pos = close + len(PARAMETER_END)
-        elif not members and body[pos] == "{":
-            return name, body[pos:].rstrip()  # the arguments written as one JSON object
-        else:
-            return None  # something else inside the invoke: not ours to guess
-    return name, "{" + ",".join(members) + "}"
+    name = invoke.group(1).strip().removeprefix("functions.")
+    properties = _properties(tools.get(name)) or {}
+    body, members, pos = invoke.group(2), [], 0
+    while param := _PARAMETER.match(body, pos):
+        key, string, value = param.groups()
+        members.append(compact_json(key) + ":" + _parameter_value(value, string, properties.get(key)))
+        pos = param.end()
+    rest = body[pos:].strip()
+    if not members and rest.startswith("{"):
+        return name, rest  # the arguments written as one JSON object
+    return None if rest else (name, "{" + ",".join(members) + "}")  # anything else: not ours to guess
 
 
-def _parameter_value(value: str, string: str | None, spec: ToolSpec | None, key: str) -> str:
-    """A DSML value as JSON text, typed by the property's schema first (`judge.schema_types`:
+def _parameter_value(value: str, string: str | None, prop: object) -> str:
+    """A DSML value as JSON text, typed by its property's schema `prop` first (`schema_types`:
     `type` names and lists, `anyOf` / `oneOf`, `enum`), then by the `string=` attribute:
 
     * the schema admits no string: the value is typed by it (`coerce_value`) whatever the
       markup says, so `string="true"` on an integer gives the integer (the model's attribute is
       a guess, the client's schema is not); a value that reads as no allowed type stays as the
       markup says, for the judge;
-    * the schema admits a string: `string="true"` keeps the text; `string="false"` keeps the
-      model's JSON only when its type is allowed, so `null`, `true`, `42` stay strings where
-      only a string fits; no mark: as the XML dialects (`coerce_value`: the text, `null` is None
-      where null is allowed);
-    * no schema for the parameter: `string=` decides (none: a string), as in DeepSeek's encoding.
+    * the schema admits a string: `string="true"` keeps the text as is (no trimming: the
+      official encoding writes it verbatim); `string="false"` keeps the model's JSON only when
+      its type is allowed, so `null`, `true`, `42` stay strings where only a string fits; no
+      mark: as the XML dialects (`coerce_value`: the text, `null` is None where null is allowed);
+    * no schema for the parameter: `string=` decides (none: a string; `false`: the model's JSON
+      when it reads as one value, otherwise the text as a string, for the judge, as vLLM does).
     """
-    prop = _property(spec, key)
     types = schema_types(prop)
     stripped = value.strip()
     if types:
         allowed = types | ({"integer"} if "number" in types else set())
         said_json = string == "false" or (string is None and "string" not in types)
-        if said_json and reads_as_json(stripped) and _json_kind(stripped) in allowed:
-            return stripped  # the model's own JSON, of a type the schema allows
+        # The model's own JSON, of a type the schema allows (`schema_types` of a `const` is its type).
+        if said_json and reads_as_json(stripped) and schema_types({"const": json.loads(stripped)}) <= allowed:
+            return stripped
         if "string" in types:  # the text, or None for `null` where null is allowed and no mark says string
             return compact_json(value if string == "true" else coerce_value(value, prop))
         typed = coerce_value(value, prop)
@@ -504,21 +364,3 @@ def _parameter_value(value: str, string: str | None, spec: ToolSpec | None, key:
     if string == "true" or (string is None and not types):
         return compact_json(value)
     return stripped if reads_as_json(stripped) else compact_json(value)
-
-
-def _json_kind(text: str) -> str:
-    value = json.loads(text)
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int):
-        return "integer"
-    if isinstance(value, float):
-        return "number"
-    return {list: "array", dict: "object"}.get(type(value), "string")
-
-
-def _property(spec: ToolSpec | None, key: str):
-    properties = (spec.parameters or {}).get("properties") if spec is not None else None
-    return properties.get(key) if isinstance(properties, dict) else None

@@ -11,7 +11,7 @@ first message has no `<|start|>assistant` (the prompt ended with it), so with `l
 (set for models named gpt-oss) the very start of the text may be the rest of that role header,
 ` to=functions.NAME<|channel|>…`: held until that is decided, at most MAX_HEADER long.
 
-* `analysis` is reasoning: its body streams live as `ReasoningText` (re-exported here).
+* `analysis` is reasoning: its body streams live as `ReasoningText`.
 * A recipient `to=functions.NAME` (in the channel or the role header) on any channel (vLLM's
   Harmony parsing) makes the message a call when NAME is a declared tool: a non-strict tool's
   arguments stream live, a strict tool's are held and judged. Any other recipient (undeclared,
@@ -23,17 +23,12 @@ first message has no `<|start|>assistant` (the prompt ended with it), so with `l
 
 States (`_state`), and what moves between them:
 
-    TEXT      --`<|start|>` or `<|channel|>`-------> HEADER
-    HEADER    --`<|channel|>`, `<|constrain|>`-----> HEADER (the header's parts)
-    HEADER    --`<|message|>`, recipient, declared non-strict tool, admitted--> ARGS
-    HEADER    --`<|message|>`, recipient, declared strict tool----------------> HELD
-    HEADER    --`<|message|>`, any other recipient, or not admitted-----------> VISIBLE
-    HEADER    --`<|message|>`, channel analysis---> REASONING
-    HEADER    --`<|message|>`, anything else------> CONTENT
-    HEADER    --end token, or too long------------> TEXT (the header is shown as text)
-    REASONING, CONTENT, ARGS, HELD, VISIBLE --end token--> TEXT
-    REASONING, CONTENT, ARGS, HELD, VISIBLE --`<|start|>`, `<|channel|>`--> HEADER (implied end)
-    HELD      --more than max_held held-----------> VISIBLE
+    TEXT   --`<|start|>` or `<|channel|>`--> HEADER --`<|channel|>`, `<|constrain|>`--> HEADER
+    HEADER --`<|message|>`--> ARGS, HELD or VISIBLE (a recipient, as above; VISIBLE also when
+           not admitted), REASONING (channel analysis), CONTENT (anything else)
+    HEADER --end token, or over MAX_HEADER--> TEXT (the header is shown as text)
+    REASONING, CONTENT, ARGS, HELD, VISIBLE --end token, or (an implied end) `<|start|>` or
+           `<|channel|>`--> TEXT or HEADER;  HELD --more than max_held held--> VISIBLE
     (stripped=True) TEXT --`commentary to=functions.` …--> STRIPPED_HEAD --`{`--> STRIPPED_JSON --`}`--> TEXT
 
 Whitespace after a message that was markup (any but VISIBLE) is held: prose gets it back, the
@@ -57,26 +52,21 @@ from __future__ import annotations
 import re
 
 from ..calls import UNKNOWN_NAME, CallScope
-from .base import CLOSED, CallBegin, JsonScanner, Marker, ReasoningEnd, ReasoningText, Segment, Text, excerpt
-from .tokens import HOLD, KEEP, TEXT, TokenLexer
-
-__all__ = ["HarmonyLexer", "ReasoningText"]
+from .base import CLOSED, JsonScanner, Marker, ReasoningEnd, ReasoningText, Segment, Text, excerpt
+from .tokens import ARGS, HELD, HOLD, KEEP, MAX_HEADER, TEXT, VISIBLE, TokenLexer
 
 START, END, MESSAGE, CHANNEL = "start", "end", "message", "channel"
-CONSTRAIN, RETURN, CALL, STRIPPED = "constrain", "return", "call", "stripped"
+CONSTRAIN, STRIPPED = "constrain", "stripped"
 
 _START = Marker("<|start|>", START)
-_END = Marker("<|end|>", END)
 _MESSAGE = Marker("<|message|>", MESSAGE)
 _CHANNEL = Marker("<|channel|>", CHANNEL)
 _CONSTRAIN = Marker("<|constrain|>", CONSTRAIN)
-_RETURN = Marker("<|return|>", RETURN)
-_CALL = Marker("<|call|>", CALL)
-_ALL = (_START, _END, _MESSAGE, _CHANNEL, _CONSTRAIN, _RETURN, _CALL)
-_ENDS = (END, RETURN, CALL)
+_END_TOKENS = (Marker("<|end|>", END), Marker("<|return|>", END), Marker("<|call|>", END))  # the stop tokens
+_ALL = (_START, _MESSAGE, _CHANNEL, _CONSTRAIN) + _END_TOKENS
 
 _TEXT_MARKERS = (_START, _CHANNEL)
-_BODY_MARKERS = (_END, _RETURN, _CALL, _START, _CHANNEL)
+_BODY_MARKERS = _END_TOKENS + _TEXT_MARKERS
 # What is left of a call header once the special tokens are stripped (see the docstring).
 _STRIPPED_MARKERS = (
     Marker("commentary to=functions.", STRIPPED),
@@ -84,11 +74,9 @@ _STRIPPED_MARKERS = (
     Marker("assistant to=functions.", STRIPPED),
 )
 
-HEADER, REASONING, CONTENT, ARGS, HELD, VISIBLE = "header", "reasoning", "content", "args", "held", "visible"
+HEADER, REASONING, CONTENT = "header", "reasoning", "content"
 STRIPPED_HEAD, STRIPPED_JSON = "stripped_head", "stripped_json"
 ROLE_PART, CHANNEL_PART, CONSTRAIN_PART = "role", "channel", "constrain"
-
-MAX_HEADER = 256  # a header longer than this is not a header: it is shown as text
 
 _RECIPIENT = re.compile(r"(?:^|\s)to=(\S+)")
 # The start of an output that may be the rest of a role header: whitespace, `to=`, a recipient,
@@ -103,6 +91,8 @@ class HarmonyLexer(TokenLexer):
     """Incremental lexer for one channel of one choice (see the module docstring). Whitespace is
     held after a message (TEXT) and at the end of live arguments (ARGS)."""
 
+    _all_markers = _ALL
+
     def __init__(self, scope: CallScope, *, max_held: int = 1 << 20, stripped: bool = False, lead_recipient: bool = False) -> None:
         super().__init__(scope, max_held=max_held)
         self._lead_recipient = lead_recipient
@@ -114,22 +104,15 @@ class HarmonyLexer(TokenLexer):
             self._report(False)  # the start must be read, even with no marker in it
 
     def _reset(self) -> None:
-        self._reset_tokens()
+        super()._reset()
         self._content_begun = False  # ReasoningEnd has been emitted
         # The very start of the output may be the rest of a role header (`lead_recipient`).
         self._at_start = self._lead_recipient
-        self._reset_message()
 
-    def _reset_message(self) -> None:
-        self._raw: list[str] = []  # the message as written, for when it has to stay text
-        self._raw_len = 0
+    def _reset_call(self) -> None:
+        super()._reset_call()
         self._parts = {ROLE_PART: "", CHANNEL_PART: "", CONSTRAIN_PART: ""}
         self._part = ROLE_PART
-        self._header_len = 0
-        self._body_start = 0  # where the body begins in `_raw`
-        self._name = ""
-        self._args_sent = False
-        self._head = ""  # STRIPPED_HEAD: what follows `to=functions.`
         self._scanner.reset()  # STRIPPED_JSON: its place in the object
 
     def feed(self, text: str) -> list[Segment]:
@@ -140,27 +123,12 @@ class HarmonyLexer(TokenLexer):
             self._report(idle)
         return out
 
-    def finish(self) -> list[Segment]:
-        out: list[Segment] = []
-        cut, fragment = self._cut_at_end(_ALL)
-        self._take(cut, out)
-        state = self._state
-        if state == TEXT:
-            self._take(fragment, out)
-            self._take_ws()  # whitespace after the last message: dropped
-        elif state == ARGS:
-            self._take_ws()
-            self._close_message(out, closing="")
-        elif state == HELD:
-            self._close_message(out, closing="", rest=fragment)
-        elif state == VISIBLE:
-            self._show(out, fragment)
-        elif state in (HEADER, STRIPPED_HEAD, STRIPPED_JSON):  # cut off before it was complete
-            self._show(out, "".join(self._raw) + fragment)
+    def _finish(self, fragment: str, out: list[Segment]) -> None:
+        if self._state in (ARGS, HELD, VISIBLE):
+            self._close_message(out, "", rest=fragment)
+        elif self._state in (HEADER, STRIPPED_HEAD, STRIPPED_JSON):  # cut off before it was complete
+            self._show(out, self._raw_text() + fragment)
         # REASONING, CONTENT: a body cut off is what it is; only the marker fragment goes.
-        self._reset()
-        self._report_idle()
-        return out
 
     # -- scanning ------------------------------------------------------------------------------
 
@@ -171,13 +139,13 @@ class HarmonyLexer(TokenLexer):
 
     def _run(self, final: bool) -> list[Segment]:
         if self._at_start:
-            pos = self._read_lead(self._buf, final)
+            pos = self._read_lead(self._buf)
             if pos is None:
                 return []  # it may still be a role header: more text decides
             self._buf = self._buf[pos:]
         return super()._run(final)
 
-    def _read_lead(self, buf: str, final: bool) -> int | None:
+    def _read_lead(self, buf: str) -> int | None:
         """The very start of the output (`lead_recipient`): the rest of the first message's role
         header, cut by the template after `<|start|>assistant`, is a recipient followed by
         `<|channel|>` (` to=functions.NAME<|channel|>commentary json<|message|>{…}`). Returns
@@ -186,15 +154,11 @@ class HarmonyLexer(TokenLexer):
         rest = buf[found.end() :]
         if found.group(1) and rest.startswith(_CHANNEL.text):
             self._at_start = False
-            self._reset_message()
-            self._raw_add(found.group() + _CHANNEL.text)
+            self._open(_CHANNEL, found.group())  # the role header's rest, written before the channel
             self._parts[ROLE_PART] = found.group()
-            self._header_len = len(found.group())
-            self._part = CHANNEL_PART
-            self._state = HEADER
+            self._header = found.group()
             return found.end() + len(_CHANNEL.text)
-        maybe = (found.end() == len(buf) or (found.group(1) and _CHANNEL.text.startswith(rest))) and len(buf) <= MAX_HEADER
-        if maybe and not final:
+        if (found.end() == len(buf) or (found.group(1) and _CHANNEL.text.startswith(rest))) and len(buf) <= MAX_HEADER:
             return None
         self._at_start = False  # not a role header: read as any text
         return 0
@@ -213,17 +177,10 @@ class HarmonyLexer(TokenLexer):
         elif state == ARGS:
             self._args_text(text, out)
         elif state == HEADER:
-            self._raw_add(text)
             self._parts[self._part] += text
-            self._header_len += len(text)
-            if self._header_len > MAX_HEADER:
-                self._show(out, "".join(self._raw))
-                self._state = TEXT
-                self._reset_message()
+            self._header_add(text, out, TEXT)
         else:  # HELD
-            self._raw_add(text)
-            if self._raw_len > self._max_held:
-                self._release(out)
+            self._markup_add(text, out)
 
     # -- transitions ---------------------------------------------------------------------------
 
@@ -242,19 +199,17 @@ class HarmonyLexer(TokenLexer):
                 self._part = CHANNEL_PART if kind == CHANNEL else CONSTRAIN_PART
                 self._parts[self._part] = ""  # a second channel token: the last one counts
             elif kind == START:  # a header cut short by the next message: it stays text
-                self._show(out, "".join(self._raw))
+                self._release(out, TEXT)
                 self._open(marker, "")
             else:  # an end token before any `<|message|>`: not a message
-                self._show(out, "".join(self._raw) + marker.text)
-                self._state = TEXT
-                self._reset_message()
+                self._release(out, TEXT, marker.text)
         else:  # a body: REASONING, CONTENT, ARGS, HELD, VISIBLE
-            self._close_message(out, closing=marker.text if kind in _ENDS else "")
+            self._close_message(out, closing=marker.text if kind == END else "")
             if kind in (START, CHANNEL):  # the next message begins without an end token
                 self._open(marker, "")
 
     def _open(self, marker: Marker, padding: str) -> None:
-        self._reset_message()
+        self._reset_call()
         self._raw_add(padding)  # shown with the message if it stays text, dropped otherwise
         self._raw_add(marker.text)
         if marker.kind == STRIPPED:
@@ -266,29 +221,10 @@ class HarmonyLexer(TokenLexer):
     def _open_body(self, out: list[Segment]) -> None:
         """`<|message|>`: the header says what the body is."""
         self._body_start = len(self._raw)
-        recipient = None
-        for part in (self._parts[ROLE_PART], self._parts[CHANNEL_PART]):
-            found = _RECIPIENT.search(part)
-            if found:
-                recipient = found.group(1)
-                break
-        words = self._parts[CHANNEL_PART].split()
-        channel = words[0] if words else ""
+        recipient = _RECIPIENT.search(self._parts[ROLE_PART]) or _RECIPIENT.search(self._parts[CHANNEL_PART])
         if recipient is not None:
-            name = recipient.removeprefix("functions.")
-            spec = self._scope.tools.get(name)
-            if spec is None:
-                self._scope.note(UNKNOWN_NAME, f"{excerpt(recipient)} is not a declared tool")
-                self._release(out)
-            elif spec.strict:
-                self._name = name
-                self._state = HELD
-            elif not self._scope.admit(name):
-                self._release(out)
-            else:
-                out.append(CallBegin(self._scope.mint_call_id(), name))
-                self._state = ARGS
-        elif channel == "analysis":
+            self._state = self._begin(out, recipient.group(1).removeprefix("functions."), recipient.group(1))
+        elif self._parts[CHANNEL_PART].split()[:1] == ["analysis"]:
             self._state = REASONING
         else:
             if not self._content_begun:
@@ -302,48 +238,35 @@ class HarmonyLexer(TokenLexer):
         self._lead = HOLD
         if state == ARGS:
             self._close_args(out)
-        elif state == HELD:
-            body = "".join(self._raw[self._body_start :]).strip()
-            if not self._judged(out, self._name, body):
-                self._show(out, "".join(self._raw) + rest + closing)
-                self._lead = KEEP
-        elif state == VISIBLE:
-            self._show(out, closing)
+        elif state == VISIBLE or (state == HELD and not self._judged(out, self._name, self._raw_text(self._body_start).strip())):
+            self._show(out, self._raw_text() + rest + closing)  # as written (VISIBLE: the rest of it)
             self._lead = KEEP
         self._state = TEXT
-        self._reset_message()
-
-    def _release(self, out: list[Segment]) -> None:
-        """The message cannot be a call: shown as written; the rest of it follows as text."""
-        self._show(out, "".join(self._raw))
-        self._raw = []
-        self._raw_len = 0
-        self._state = VISIBLE
+        self._reset_call()
 
     # -- the stripped form ---------------------------------------------------------------------
 
     def _scan_head(self, buf: str, pos: int, out: list[Segment]) -> int | None:
-        """STRIPPED_HEAD: the name and an optional `json`, up to the `{` of the arguments."""
+        """STRIPPED_HEAD: the name and an optional `json` (the header: what follows
+        `to=functions.`), up to the `{` of the arguments."""
         # The head is at most MAX_HEADER long, so reading it again with each piece is bounded.
-        window = self._head + buf[pos : pos + MAX_HEADER + 1]
+        window = self._header + buf[pos : pos + MAX_HEADER + 1]
         fits = _STRIPPED_HEAD.match(window).end()
-        taken = fits - len(self._head)
+        taken = fits - len(self._header)
         self._raw_add(buf[pos : pos + taken])
-        self._head = window[:fits]
+        self._header = window[:fits]
         pos += taken
-        if fits < len(window):  # the first character that is not name, word or whitespace
-            name = self._stripped_name(self._head) if window[fits] == "{" else None
-            if name is None:
-                self._give_up(out)
-                return pos
+        # The first character that is not name, word or whitespace must begin the arguments.
+        name = self._stripped_name(self._header) if window[fits : fits + 1] == "{" else None
+        if name is not None:
             self._name = name
             self._body_start = len(self._raw)
             self._state = STRIPPED_JSON
-            return pos
-        if len(self._head) > MAX_HEADER:
+        elif fits < len(window) or len(self._header) > MAX_HEADER:
             self._give_up(out)
-            return pos
-        return None
+        else:
+            return None
+        return pos
 
     def _stripped_name(self, head: str) -> str | None:
         if not head or head[0].isspace():
@@ -362,25 +285,17 @@ class HarmonyLexer(TokenLexer):
         limit = min(len(buf), pos + max(0, self._max_held - self._raw_len) + 1)
         j, what = self._scanner.scan(buf, pos, limit)
         self._raw_add(buf[pos:j])
-        if what == CLOSED:
-            arguments = "".join(self._raw[self._body_start :])
-            if self._judged(out, self._name, arguments):
-                self._lead = HOLD
-                self._state = TEXT
-                self._reset_message()
-            else:
-                self._give_up(out)
-            return j
-        if self._raw_len > self._max_held:
+        if what == CLOSED and self._judged(out, self._name, self._raw_text(self._body_start)):
+            self._lead = HOLD
+            self._state = TEXT
+            self._reset_call()
+        elif what == CLOSED or self._raw_len > self._max_held:
             self._give_up(out)
-            return j
-        return None
+        else:
+            return None
+        return j
 
     def _give_up(self, out: list[Segment]) -> None:
         """Not a stripped call after all: everything read so far is text."""
-        self._show(out, "".join(self._raw))
-        self._state = TEXT
+        self._release(out, TEXT)
         self._lead = KEEP
-        self._reset_message()
-
-

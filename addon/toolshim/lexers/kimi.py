@@ -27,9 +27,10 @@ import re
 import orjson
 
 from ..calls import UNKNOWN_NAME, CallScope
+from ..schema import _properties
 from ..tools import TOOL_NAME
-from .base import CallArgs, CallBegin, CallEnd, Marker, ReasoningEnd, Segment, Text, excerpt, find_marker, is_marker_fragment
-from .tokens import DROP, HOLD, KEEP, TEXT, TokenLexer
+from .base import CallArgs, CallBegin, Marker, ReasoningEnd, Segment, Text, excerpt, find_marker, is_marker_fragment
+from .tokens import ARGS, DROP, HOLD, KEEP, TEXT, VISIBLE, TokenLexer
 
 SECTION_BEGIN, SECTION_END = "section_begin", "section_end"
 CALL_BEGIN, ARGUMENT_BEGIN, CALL_END = "call_begin", "argument_begin", "call_end"
@@ -49,9 +50,7 @@ _KIMI_MARKERS = (
 )
 _THINK_END = Marker("</think>", THINK_END)
 
-SECTION, HEADER, ARGS, INFER, VISIBLE = "section", "header", "args", "infer", "visible"
-
-MAX_HEADER = 256  # a call header longer than this is not a header: release it as text
+SECTION, HEADER, INFER = "section", "header", "infer"
 
 _CANONICAL_HEADER = re.compile(r"(?:functions\.)?(?P<name>[A-Za-z0-9_-]{1,64}):(?P<n>\d+)")
 _ODD_PREFIX = re.compile(r"^(?:functions|call)[._]?")
@@ -118,11 +117,9 @@ class KimiCallNamer:
         keys = set(parsed)
         scored = []
         for name, spec in self._tools.items():
-            properties = (spec.parameters or {}).get("properties")
-            params = set(properties) if isinstance(properties, dict) else set()
-            overlap = len(keys & params)
-            if overlap or not keys:
-                scored.append((overlap - len(keys - params), name))
+            params = set(_properties(spec) or ())
+            if keys & params or not keys:
+                scored.append((len(keys & params) - len(keys - params), name))
         scored.sort(reverse=True)
         if not scored or (len(scored) > 1 and scored[0][0] == scored[1][0]):
             return None
@@ -149,11 +146,12 @@ class KimiLexer(TokenLexer):
         super().__init__(namer.scope, max_held=max_held)
         self._namer = namer
         self._reasoning = reasoning
-        self._reset_tokens()
+        self._reset()
         self._seen_section = False
-        self._header = ""
-        self._held_args: list[str] = []  # INFER: arguments kept until the name is known
-        self._held_size = 0
+
+    def _reset_call(self) -> None:
+        super()._reset_call()
+        self._args_from = 0  # INFER: where the held arguments begin, in characters of `_raw`
 
     def feed(self, text: str) -> list[Segment]:
         if self._state == ARGS and self._args_sent and not self._buf and not self._ws and text and "<" not in text and not text[-1].isspace():
@@ -161,12 +159,7 @@ class KimiLexer(TokenLexer):
             # one) and no whitespace at the end (which would be held) go on as they came: what
             # `_run` makes of them, without its search.
             return [CallArgs(text)]
-        self._buf += text
-        out = self._run(final=False)
-        idle = self._state == TEXT and not self._buf and self._lead == KEEP  # `_ws` is held in ARGS only
-        if idle != self.idle:
-            self._report(idle)
-        return out
+        return super().feed(text)
 
     def finish(self) -> list[Segment]:
         if self._state != TEXT:
@@ -176,9 +169,9 @@ class KimiLexer(TokenLexer):
                 self._buf = self._buf[:cut]
         out = self._run(final=True)
         if self._state == HEADER:  # cut off before the arguments began: the markup stays text
-            self._release_call_as_text(out)
+            self._release(out)
         elif self._state in (ARGS, INFER):
-            self._close_call(out, closing_marker="")
+            self._close_call(out, "")
         self._report_idle()
         return out
 
@@ -206,7 +199,7 @@ class KimiLexer(TokenLexer):
                 if kept < self._max_held:
                     end -= kept
             if end > pos:
-                self._take_text(buf[pos:end], out, match.marker if complete else None, final)
+                self._take_text(buf[pos:end], out, match.marker if complete else None)
                 pos = end
             if not complete:
                 break
@@ -215,15 +208,13 @@ class KimiLexer(TokenLexer):
         self._buf = buf[pos:]
         return out
 
-    def _take_text(self, text: str, out: list[Segment], next_marker: Marker | None, final: bool) -> None:
+    def _take_text(self, text: str, out: list[Segment], next_marker: Marker | None) -> None:
         """Text between markers; `next_marker` is the marker right after it, if known yet."""
         state = self._state
         if state == TEXT and next_marker is not None and next_marker.kind in (SECTION_BEGIN, CALL_BEGIN):
             # Servers that keep special tokens decode them with a space on each side: the
             # space arriving with a section or call begin is its padding, not text.
             text = text.rstrip()
-            if not text:
-                return
         if state in (TEXT, SECTION):
             # Inside a section only the whitespace right after a marker is padding (DROP is set
             # on entering it): lstripping every piece would lose the spaces between words that
@@ -239,16 +230,11 @@ class KimiLexer(TokenLexer):
         elif state == ARGS:
             self._args_text(text, out)
         elif state == HEADER:
-            self._header += text
-            self._raw.append(text)
-            if len(self._header) > MAX_HEADER:
-                self._release_call_as_text(out)
+            self._header_add(text, out)
         elif state == INFER:
-            self._held_args.append(text)
-            self._raw.append(text)
-            self._held_size += len(text)
-            if self._held_size > self._max_held:
-                self._release_call_as_text(out)
+            self._raw_add(text)
+            if self._raw_len - self._args_from > self._max_held:
+                self._release(out)
         else:  # VISIBLE
             out.append(Text(text))
 
@@ -257,91 +243,66 @@ class KimiLexer(TokenLexer):
     def _on_marker(self, marker: Marker, out: list[Segment]) -> None:
         kind, state = marker.kind, self._state
         self._take_ws()  # whitespace at the end of live arguments: any marker drops it
-        if state == VISIBLE:
-            out.append(Text(marker.text))  # the call stays text, markers and all
-            if kind == CALL_BEGIN:
-                out.pop()  # a new call gets its own chance
-        elif state in (HEADER, ARGS, INFER):
+        if state in (HEADER, ARGS, INFER):
             if kind == ARGUMENT_BEGIN and state == HEADER:
-                self._raw.append(marker.text)
+                self._raw_add(marker.text)
                 self._open_call(out)
                 return
             if kind not in (CALL_BEGIN, CALL_END, SECTION_END):
                 return  # a stray marker inside a call is dropped
             if state == HEADER:  # a call with no arguments at all
                 self._open_call(out)
-            # A call-begin is not part of the call it closes: it opens the next one.
-            self._close_call(out, closing_marker="" if kind == CALL_BEGIN else marker.text)
-        elif kind == THINK_END:
+            # A call begin is not part of the call it closes: it opens the next one.
+            self._close_call(out, "" if kind == CALL_BEGIN else marker.text)
+        elif state == VISIBLE:
+            if kind != CALL_BEGIN:  # a new call gets its own chance
+                out.append(Text(marker.text))  # the call stays text, markers and all
+        elif kind == THINK_END:  # in TEXT or SECTION
             out.append(ReasoningEnd())
-            self._state = TEXT
-            self._lead = DROP
+            self._state, self._lead = TEXT, DROP
             return
-        elif kind == SECTION_BEGIN:
+        elif kind == SECTION_BEGIN:  # in TEXT or SECTION
             self._seen_section = True
-            self._state = SECTION
-            self._lead = DROP
+            self._state, self._lead = SECTION, DROP
             return
-
         if kind == CALL_BEGIN:
             self._seen_section = True
+            self._reset_call()
+            self._raw_add(marker.text)
             self._state = HEADER
-            self._header = ""
-            self._raw = [marker.text]
         elif kind == SECTION_END:
-            self._state = TEXT
-            self._lead = HOLD
+            self._state, self._lead = TEXT, HOLD
         elif kind == CALL_END and state not in (TEXT, SECTION):
-            self._state = SECTION
-            self._lead = DROP
+            self._state, self._lead = SECTION, DROP
         elif state == TEXT:
             self._lead = HOLD  # a stray marker: dropped with its padding
 
     def _open_call(self, out: list[Segment]) -> None:
         name = self._namer.name_for(self._header)
-        if name is not None:
-            if not self._namer.scope.admit(name):
-                self._release_call_as_text(out)
-                return
+        if name is not None and self._scope.admit(name):
             out.append(CallBegin(self._namer.id_for(self._header, name), name))
             self._state = ARGS
-            self._args_sent = False
-        elif self._namer.can_infer(self._header):
+        elif name is None and self._namer.can_infer(self._header):
             self._state = INFER
-            self._held_args = []
-            self._held_size = 0
+            self._body_start, self._args_from = len(self._raw), self._raw_len
         else:
-            self._namer.scope.note(UNKNOWN_NAME, f"{excerpt(self._header)} names no declared tool")
-            self._release_call_as_text(out)
+            if name is None:
+                self._scope.note(UNKNOWN_NAME, f"{excerpt(self._header)} names no declared tool")
+            self._release(out)
 
     def _close_call(self, out: list[Segment], closing_marker: str) -> None:
         if self._state == ARGS:
             self._close_args(out)
         elif self._state == INFER:
-            arguments = "".join(self._held_args).strip()
+            arguments = self._raw_text(self._body_start).strip()
             name = self._namer.name_from_arguments(arguments)
             if name is None:
-                self._namer.scope.note(UNKNOWN_NAME, f"{excerpt(self._header)}: its arguments fit no declared tool")
-            if name is None or not self._namer.scope.admit(name):
-                out.append(Text("".join(self._raw) + closing_marker))
+                self._scope.note(UNKNOWN_NAME, f"{excerpt(self._header)}: its arguments fit no declared tool")
+            if name is None or not self._scope.admit(name):
+                out.append(Text(self._raw_text() + closing_marker))
             else:
-                out.append(CallBegin(self._namer.id_for(self._header, name), name))
-                out.append(CallArgs(arguments or "{}"))
-                out.append(CallEnd())
+                self._emit(out, self._namer.id_for(self._header, name), name, arguments or "{}")
         elif self._state == VISIBLE and closing_marker:
             out.append(Text(closing_marker))
-        self._state = SECTION
-        self._lead = DROP
-        self._header = ""
-        self._raw = []
-        self._held_args = []
-        self._held_size = 0
-
-    def _release_call_as_text(self, out: list[Segment]) -> None:
-        """The current call cannot become a call: its markup is shown as text, nothing lost."""
-        out.append(Text("".join(self._raw)))
-        self._state = VISIBLE
-        self._header = ""
-        self._raw = []
-        self._held_args = []
-        self._held_size = 0
+        self._reset_call()
+        self._state, self._lead = SECTION, DROP

@@ -3,9 +3,10 @@
 Each state looks for its own markers (`_markers`); the text between them goes to `_take`, each
 marker to `_on_marker`. Only a possible beginning of a marker is held unread. Shared services:
 whitespace held until what follows says whose it is (`_hold`, `_take_ws`, and the lead policy
-of TEXT: KEEP it, HOLD it for the prose that follows, DROP it), live arguments (`_args_text`:
-no whitespace at either end, trailing whitespace held until more arguments come), markup held
-as written (`_raw_add`) and held calls judged (`_judged`).
+of TEXT: KEEP it, HOLD it for the prose that follows, DROP it), a call's opening by its name
+(`_begin`), live arguments (`_args_text`: no whitespace at either end, trailing whitespace held
+until more arguments come), markup held as written (`_raw_add`, `_release`), held calls judged
+(`_judged`), and the end of the text (`finish`).
 """
 
 from __future__ import annotations
@@ -13,29 +14,32 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-from ..calls import CallScope
+from ..calls import UNKNOWN_NAME, CallScope
 from ..judge import ToolCallJudge
 from ..schema import compact_json
-from .base import CallArgs, CallBegin, CallEnd, Marker, Reporting, Segment, Text, find_marker, is_marker_fragment
+from .base import CallArgs, CallBegin, CallEnd, Marker, Reporting, Segment, Text, excerpt, find_marker, is_marker_fragment
 
-TEXT = "text"
+TEXT, ARGS, HELD, VISIBLE = "text", "args", "held", "visible"  # the states every dialect has
 KEEP, HOLD, DROP = "keep", "hold", "drop"  # what happens to whitespace at the start of TEXT
+MAX_HEADER = 256  # a call or message header longer than this is not a header: it stays text
 _NOT_SPACE = re.compile(r"\S")
 
 
 class TokenLexer(Reporting):
-    """The machinery of one channel's special-token lexer; subclasses give the states."""
+    """One channel's special-token lexer; subclasses give the states (`_markers`, `_take`,
+    `_on_marker`, `_finish`)."""
 
     # States read character by character rather than marker by marker: state -> reader(buf, pos,
     # out), which returns where reading goes on, or None (everything was read).
     _readers: dict[str, Callable[[str, int, list[Segment]], int | None]] = {}
+    _all_markers: tuple[Marker, ...] = ()  # every marker: a fragment of one at the end is markup
 
     def __init__(self, scope: CallScope, *, max_held: int = 1 << 20) -> None:
         self._scope = scope
         self.judge = ToolCallJudge(scope)
         self._max_held = max_held
 
-    def _reset_tokens(self) -> None:
+    def _reset(self) -> None:
         self._state = TEXT
         self._buf = ""  # unread text: at most a possible beginning of a marker
         self._lead = KEEP
@@ -44,33 +48,43 @@ class TokenLexer(Reporting):
         # time; over max_held it is released.
         self._ws: list[str] = []
         self._ws_len = 0
+        self._reset_call()
+
+    def _reset_call(self) -> None:
         self._raw: list[str] = []  # the markup of the current call or message, as written
         self._raw_len = 0
+        self._body_start = 0  # where its arguments begin in `_raw`
+        self._name = ""  # a held call's tool
+        self._header = ""  # the header as written: a call's name, a message's role and channel
         self._args_sent = False
 
-    def _markers(self) -> tuple[Marker, ...]:
-        raise NotImplementedError
-
-    def _take(self, text: str, out: list[Segment]) -> None:
-        raise NotImplementedError
-
-    def _on_marker(self, marker: Marker, out: list[Segment]) -> None:
-        raise NotImplementedError
-
-    def _idle_now(self) -> bool:
-        return self._state == TEXT and not self._buf and not self._ws and self._lead == KEEP
+    def _finish(self, fragment: str, out: list[Segment]) -> None:
+        """The end: what is held is closed or shown (`fragment`: a marker cut in half, markup)."""
 
     def _report_idle(self) -> None:
-        idle = self._idle_now()
+        idle = self._state == TEXT and not self._buf and not self._ws and self._lead == KEEP
         if idle != self.idle:  # reported on change only
             self._report(idle)
 
     def feed(self, text: str) -> list[Segment]:
         self._buf += text
         out = self._run(final=False)
-        idle = self._state == TEXT and not self._buf and not self._ws and self._lead == KEEP  # `_idle_now`, inline
+        idle = self._state == TEXT and not self._buf and not self._ws and self._lead == KEEP  # `_report_idle`, inline
         if idle != self.idle:
             self._report(idle)
+        return out
+
+    def finish(self) -> list[Segment]:
+        """The unread text is read (a marker cut in half inside markup is markup, not text), what
+        is held is closed or shown; the lexer is then as new."""
+        out: list[Segment] = []
+        fragment, self._buf = self._buf, ""
+        if self._state == TEXT or not is_marker_fragment(fragment, self._all_markers):
+            self._take(fragment, out)
+            fragment = ""
+        self._finish(fragment, out)
+        self._reset()
+        self._report_idle()
         return out
 
     def _run(self, final: bool) -> list[Segment]:
@@ -100,14 +114,6 @@ class TokenLexer(Reporting):
         self._buf = buf[pos:]
         return out
 
-    def _cut_at_end(self, markers: tuple[Marker, ...]) -> tuple[str, str]:
-        """finish(): the unread text, and the part of it that is a marker cut in half at the end
-        inside markup (markup, not text)."""
-        cut, self._buf = self._buf, ""
-        if self._state != TEXT and is_marker_fragment(cut, markers):
-            return "", cut
-        return cut, ""
-
     # -- whitespace ----------------------------------------------------------------------------
 
     def _hold(self, ws: str) -> bool:
@@ -126,18 +132,35 @@ class TokenLexer(Reporting):
         """Text in TEXT, after the lead policy: HOLD gives held whitespace back to the prose that
         follows (whitespace alone stays held); DROP starts the text at its first non-space."""
         if self._lead == KEEP:
-            if text:
-                out.append(Text(text))
+            self._show(out, text)
             return
         start = _NOT_SPACE.search(text)
         if start is None:  # whitespace only, so far
             if self._lead == HOLD and self._hold(text):
                 self._lead = KEEP  # a flood of whitespace is not padding
-                out.append(Text(self._take_ws()))
+                self._show(out, self._take_ws())
             return
         text = self._take_ws() + text if self._lead == HOLD else text[start.start() :]
         self._lead = KEEP
-        out.append(Text(text))
+        self._show(out, text)
+
+    # -- calls ---------------------------------------------------------------------------------
+
+    def _begin(self, out: list[Segment], name: str, written: str) -> str:
+        """The header names `name` (`written` so): the state the call goes on in. ARGS: a
+        declared non-strict tool, admitted, streams live; HELD: a strict tool's call is held for
+        the judge; VISIBLE: an undeclared tool, or one not admitted, stays text."""
+        spec = self._scope.tools.get(name)
+        if spec is None:
+            self._scope.note(UNKNOWN_NAME, f"{excerpt(written)} is not a declared tool")
+        elif spec.strict:
+            self._name = name
+            return HELD
+        elif self._scope.admit(name):
+            out.append(CallBegin(self._scope.mint_call_id(), name))
+            return ARGS
+        self._release(out)
+        return VISIBLE
 
     def _args_text(self, text: str, out: list[Segment]) -> None:
         """Live arguments: leading whitespace dropped, trailing whitespace held until more comes."""
@@ -151,10 +174,21 @@ class TokenLexer(Reporting):
             out.append(CallArgs(self._take_ws()))  # a flood of whitespace inside the arguments
 
     def _close_args(self, out: list[Segment]) -> None:
-        """The live call ends (`{}` when no argument came)."""
+        """The live call ends (`{}` when no argument came); whitespace held after it is dropped."""
+        self._take_ws()
         if not self._args_sent:
             out.append(CallArgs("{}"))
         out.append(CallEnd())
+
+    def _emit(self, out: list[Segment], call_id: str, name: str, arguments: str) -> None:
+        out.extend((CallBegin(call_id, name), CallArgs(arguments), CallEnd()))
+
+    def _judged(self, out: list[Segment], name: str, arguments: str) -> bool:
+        """Ask the judge about a held call; emit it if it is one."""
+        calls = self.judge.verdict(compact_json({"name": name, "arguments": arguments}))
+        for call in calls or ():
+            self._emit(out, self._scope.mint_call_id(), call.name, call.arguments)
+        return bool(calls)
 
     # -- held markup ---------------------------------------------------------------------------
 
@@ -165,14 +199,25 @@ class TokenLexer(Reporting):
     def _raw_text(self, start: int = 0) -> str:
         return "".join(self._raw[start:])
 
-    def _judged(self, out: list[Segment], name: str, arguments: str) -> bool:
-        """Ask the judge about a held call; emit it if it is one."""
-        calls = self.judge.verdict(compact_json({"name": name, "arguments": arguments}))
-        for call in calls or ():
-            out.append(CallBegin(self._scope.mint_call_id(), call.name))
-            out.append(CallArgs(call.arguments))
-            out.append(CallEnd())
-        return bool(calls)
+    def _header_add(self, text: str, out: list[Segment], then: str = VISIBLE) -> None:
+        """Header text, held; a header longer than MAX_HEADER is none: released, then `then`."""
+        self._raw_add(text)
+        self._header += text
+        if len(self._header) > MAX_HEADER:
+            self._release(out, then)
+
+    def _markup_add(self, text: str, out: list[Segment], then: str = VISIBLE) -> None:
+        """Markup held as written; more than max_held of it is released, then `then`."""
+        self._raw_add(text)
+        if self._raw_len > self._max_held:
+            self._release(out, then)
+
+    def _release(self, out: list[Segment], state: str = VISIBLE, closing: str = "") -> None:
+        """The current call cannot become one: its markup so far is shown as written (`closing`
+        after it), and reading goes on in `state`."""
+        self._show(out, self._raw_text() + closing)
+        self._reset_call()
+        self._state = state
 
     def _show(self, out: list[Segment], text: str) -> None:
         if text:
