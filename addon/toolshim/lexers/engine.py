@@ -284,8 +284,7 @@ class BlockLexer(Reporting):
             return None
         self._take_text(buf[pos : match.pos], out, before_tag=True)
         if match.marker is None:
-            self._tail = buf[match.pos :]
-            return None
+            return self._hold(buf, match.pos)
         self._block_pad, self._pad = self._pad, ""
         return self._open(buf, match.pos, match.marker)
 
@@ -333,8 +332,7 @@ class BlockLexer(Reporting):
         return j
 
     def _tag_after_ws(self, buf: str, i: int, limit: int, tags: tuple[str, ...]) -> tuple[int, Any]:
-        """BLOCK: whitespace from `i` is held; where it ends and `match_tag` there (`_PARTIAL`
-        at `limit` too: `_wait`)."""
+        """BLOCK: whitespace from `i` is held; where it ends and `match_tag` there (`_PARTIAL`: wait)."""
         j = self._skip_ws(buf, i, limit)
         return j, match_tag(buf, j, limit, tags)
 
@@ -366,12 +364,15 @@ class BlockLexer(Reporting):
         self._take(buf, i, j)
         return j, name + buf[i:j]
 
+    def _hold(self, buf: str, j: int) -> None:
+        """`buf[j:]` is kept unread: the next piece decides (None: the step waits for it)."""
+        self._tail = buf[j:]
+
     def _wait(self, buf: str, j: int, limit: int, out: list[Segment]) -> int | None:
         """More text is needed from `j` on; past the cap there is none to wait for."""
         if limit < len(buf):  # what would decide lies beyond `max_held`: the block is text
             return self._release(out, limit, buf[j:limit])
-        self._tail = buf[j:]
-        return None
+        return self._hold(buf, j)
 
     def _room(self, pos: int, n: int) -> int:
         return min(n, pos + max(0, self._max_held - self._size) + 1)
@@ -444,8 +445,7 @@ class BlockLexer(Reporting):
                     self.examined += min(len(cut_by[0]), len(buf) - j)
                 tag = _PARTIAL if what is WAIT else self._tag(buf, j, cut_by)
                 if tag is _PARTIAL:  # more text is needed to read `buf[j:]`
-                    self._tail = buf[j:]
-                    return None
+                    return self._hold(buf, j)
                 if tag is not None:
                     return cut(out, j, tag) if cut else self._release(out, j)
                 scanner.take(buf[j])
@@ -476,15 +476,14 @@ class BlockLexer(Reporting):
                 if self._final:
                     self._trailers = ()
                 else:
-                    self._tail = buf[end:]
+                    self._hold(buf, end)
                 return None
             if tag is not None:  # the end token of the calls: markup, swallowed
                 self._trailers = ()
                 return end + len(tag)
         tag = self._tag(buf, end, self._starts)
         if tag is _PARTIAL:
-            self._tail = buf[end:]
-            return None
+            return self._hold(buf, end)
         state = None if tag is not None else self._continues(buf[end])
         if tag is None and state is None:
             return self._to_text(out, end)
@@ -650,7 +649,6 @@ class _Call:
 class _ParamsLexer(BlockLexer):
     """Calls built from named raw values, typed by the tool's schema (`coerce_value`)."""
 
-    _PARAM_CLOSE = ""  # trimmed off values ended by the function's closer
     _STRIP_NEWLINES = True  # one leading and one trailing newline of a value are markup
 
     def _reset_body(self) -> None:
@@ -696,9 +694,9 @@ class _ParamsLexer(BlockLexer):
 
     def _value_text(self, text: str, param: _Param) -> str:
         end = param.end
-        if param.trim_close:
+        if param.trim_close:  # (XmlParams) its parameter closer, before the function's, is markup
             body = text[param.start : end].rstrip()
-            if self._PARAM_CLOSE and body.endswith(self._PARAM_CLOSE):
+            if body.endswith(self._PARAM_CLOSE):
                 end = param.start + len(body) - len(self._PARAM_CLOSE)
         value = text[param.start : end]
         if self._STRIP_NEWLINES:
@@ -828,8 +826,7 @@ class XmlParamsLexer(_ParamsLexer):
         whatever follows the call; here only the closer goes, prose after it stays)."""
         j, tag = self._tag_after_ws(buf, i, limit, (self._WRAP_CLOSE,))
         if tag is _PARTIAL and limit == len(buf):
-            self._tail = buf[j:]
-            return None
+            return self._hold(buf, j)
         if tag is None or tag is _PARTIAL:  # (past the cap: the look-ahead ends here)
             return self._close(out, j, implied=True)
         return self._close(out, self._take_tag(buf, j, tag))
@@ -1154,8 +1151,7 @@ class NamedCallsLexer(BlockLexer):
         if buf[end] == "[":
             tag = self._tag(buf, end, (self._body.open,))
             if tag is _PARTIAL:
-                self._tail = buf[end:]
-                return None
+                return self._hold(buf, end)
             if tag is not None:  # `open` twice: the first is text, TEXT reads the second
                 return self._release(out, end)
             self._value_at = self._size
@@ -1183,8 +1179,7 @@ class NamedCallsLexer(BlockLexer):
         b: NamedCalls = self._body  # type: ignore[assignment]
         tag = self._tag(buf, i, self._inner)
         if tag is _PARTIAL:
-            self._tail = buf[i:]
-            return None
+            return self._hold(buf, i)
         if tag is None or tag == b.open or (tag == b.call_id and self._state == CALL_ID):
             return self._release(out, i)
         end = self._take_tag(buf, i, tag)
@@ -1266,8 +1261,7 @@ class LlamaCallsLexer(BlockLexer):
         """START: whitespace alone decides nothing; a `{` first is a tagged call without its tag."""
         end = _WS.match(buf, i).end()
         if end == len(buf) and not self._final:
-            self._tail = buf[i:]
-            return None
+            return self._hold(buf, i)
         self._state = TEXT
         if end == len(buf) or buf[end] != "{":  # the text ended, or began otherwise: TEXT reads it
             return i
@@ -1283,8 +1277,7 @@ class LlamaCallsLexer(BlockLexer):
             self._state = FUNC_OPEN
             return self._take_tag(buf, end, close)
         if self._name and not self._final and close.startswith(buf[end:]):  # `"` at the end: the `>` may follow
-            self._tail = buf[end:]
-            return None
+            return self._hold(buf, end)
         return self._release(out, end)
 
     def _after_name_tag(self, buf: str, end: int, out: list[Segment]) -> int | None:
@@ -1295,8 +1288,7 @@ class LlamaCallsLexer(BlockLexer):
             return end
         tag = self._tag(buf, end, (self._body.function_end,))
         if tag is _PARTIAL:
-            self._tail = buf[end:]
-            return None
+            return self._hold(buf, end)
         if tag is None:
             return self._release(out, end)
         return self._close(out, self._take_tag(buf, end, tag))
@@ -1312,8 +1304,7 @@ class LlamaCallsLexer(BlockLexer):
         tag = match_tag(buf, end, len(buf), self._func_cut)
         if tag is _PARTIAL:
             if not self._final:
-                self._tail = buf[end:]
-                return None
+                return self._hold(buf, end)
             if b.function_end.startswith(buf[end:]):  # a half-written end tag at the end
                 self._take(buf, end, len(buf))
                 self._close(out, len(buf))
