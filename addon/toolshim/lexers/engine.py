@@ -186,7 +186,6 @@ class BlockLexer(Reporting):
         self._body = spec.body
         self._opens = spec.opens
         self._opens_by_text = {m.text: m for m in spec.opens}
-        self._starts = tuple(self._opens_by_text)
         self._scope = scope
         self.judge = ToolCallJudge(scope)  # its validator cache and INVALID_SCHEMA notes
         self._max_held = max_held
@@ -421,7 +420,7 @@ class BlockLexer(Reporting):
 
         return self._held(then)
 
-    def _tag(self, buf: str, j: int, tags: tuple[str, ...]) -> Any:
+    def _tag(self, buf: str, j: int, tags: Collection[str]) -> Any:
         """`match_tag` to the end of `buf`; once the text has ended, a tag cut short is none."""
         tag = match_tag(buf, j, len(buf), tags)
         return None if tag is _PARTIAL and self._final else tag
@@ -481,7 +480,7 @@ class BlockLexer(Reporting):
             if tag is not None:  # the end token of the calls: markup, swallowed
                 self._trailers = ()
                 return end + len(tag)
-        tag = self._tag(buf, end, self._starts)
+        tag = self._tag(buf, end, self._opens_by_text)
         if tag is _PARTIAL:
             return self._hold(buf, end)
         state = None if tag is not None else self._continues(buf[end])
@@ -516,9 +515,7 @@ class BlockLexer(Reporting):
             shown = self._between(text)  # text inside the block, shown in its place
             for k, (name, arguments, model_id) in enumerate(calls):
                 self._emit(out, shown.get(k, ""))
-                out.append(CallBegin(self._call_id(model_id), name))
-                out.append(CallArgs(arguments))
-                out.append(CallEnd())
+                out += (CallBegin(self._call_id(model_id), name), CallArgs(arguments), CallEnd())
             self._emit(out, shown.get(len(calls), ""))
             self._after_call = not shown.get(len(calls))
         else:
