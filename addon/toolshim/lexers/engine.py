@@ -9,7 +9,7 @@ here once (the special-token dialects, machines of their own, share tokens.py's)
 * A block is held as written until it closes, then judged (declared names, strict schemas,
   `scope.admit_all`): calls, or the block shown as text exactly as written, all or nothing. A
   block that turns out not to be this dialect's (`<tool_call>` then something else) is
-  released at once.
+  released at once; so is one where a part is missing where the grammar expects it.
 * Padding, one of two ways (the body kind's `_LIVE`). BLOCK: whitespace right before an opening
   marker that is still unsent when the marker is read (in the same piece, or held after a call
   or before a possible marker) belongs to the block; whitespace sent earlier stays sent. LIVE:
@@ -21,19 +21,20 @@ here once (the special-token dialects, machines of their own, share tokens.py's)
 * The cap: `max_held` counts every character of a block, markers included; the block is
   released at the same character however the text was split.
 * Guarded closers: a body may read a closer and wait for what follows it (PEND) before it
-  counts; the look-ahead is at most one tag.
+  counts; the look-ahead is at most one tag. A block whose closer is missing is judged as if
+  closed when the next block's opener follows a complete part, or the text ends after one.
 * Without declared tools nothing can be a call: everything passes through at once.
 
-Each body kind is a subclass of `BlockLexer` with one step per state: a step reads `buf` from a
-position up to `limit` and returns where reading goes on, or None: it waits for more text.
-Every character of a block is read once, plus a bounded look-ahead.
+Each body kind is a subclass of `BlockLexer` with one step per state (`_step_table`): a step
+reads `buf` from a position up to `limit` and returns where reading goes on, or None: it waits
+for more text. Every character of a block is read once, plus a bounded look-ahead.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -51,7 +52,7 @@ _PARTIAL = object()  # what `match_tag` returns when more text is needed to tell
 FUNCTION, NAMED, PYTHON, TAGGED = "function", "named", "python", "tagged"  # Llama's openers
 
 
-def match_tag(buf: str, j: int, limit: int, tags: tuple[str, ...]) -> Any:
+def match_tag(buf: str, j: int, limit: int, tags: Collection[str]) -> Any:
     """The tag of `tags` at `buf[j]` (before `limit`), `_PARTIAL`, or None."""
     for tag in tags:
         if buf.startswith(tag, j, limit):
@@ -63,7 +64,7 @@ def match_tag(buf: str, j: int, limit: int, tags: tuple[str, ...]) -> Any:
     return None
 
 
-# -- specs -------------------------------------------------------------------------------------
+# -- specs (a body with one `open` is opened by it alone) ----------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,9 +76,6 @@ class JsonCalls:
     open: str
     close: str
     name_key: str = "name"
-
-    def markers(self) -> tuple[Marker, ...]:
-        return (Marker(self.open, "open"),)
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,9 +107,6 @@ class KeyValues:
     name_chars: str = r"[\w.:/-]"
     escaped: str = ""
 
-    def markers(self) -> tuple[Marker, ...]:
-        return (Marker(self.open, "open"),)
-
 
 @dataclass(frozen=True, slots=True)
 class NamedCalls:
@@ -124,16 +119,13 @@ class NamedCalls:
     call_id: str
     pad: str = r"[\s\u2581]*"  # held after `open` (`▁`: SentencePiece's space)
 
-    def markers(self) -> tuple[Marker, ...]:
-        return (Marker(self.open, "open"),)
-
 
 @dataclass(frozen=True, slots=True)
 class LlamaCalls:
     """Three spellings, each with its own opener: a `function` tag around a JSON object (the
     second opener ends its name at `">`), a Python list of calls after `python[0]` (literals
-    only, never evaluated), call objects after `tagged` separated by `separator`, whitespace or nothing. LIVE padding;
-    after calls, `python[1]` or one of `tagged_ends` is swallowed."""
+    only, never evaluated), call objects after `tagged` separated by `separator`, whitespace or
+    nothing. LIVE padding; after calls, `python[1]` or one of `tagged_ends` is swallowed."""
 
     function: tuple[str, str]
     function_end: str
@@ -158,7 +150,9 @@ class Spec:
     opens: tuple[Marker, ...] = field(init=False)  # what opens a block in text
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "opens", self.body.markers())
+        body = self.body
+        opens = body.markers() if isinstance(body, XmlParams | LlamaCalls) else (Marker(body.open, "open"),)
+        object.__setattr__(self, "opens", opens)
 
     @property
     def starts(self) -> tuple[str, ...]:
@@ -175,18 +169,24 @@ def lexer(spec: Spec, scope: CallScope, *, max_held: int = 1 << 20, **options: A
 # -- the engine --------------------------------------------------------------------------------
 
 Step = Callable[[str, int, int, list[Segment]], "int | None"]
+Then = Callable[[str, int, list[Segment]], "int | None"]  # what a LIVE step makes of `buf[end]`
 
 
 class BlockLexer(Reporting):
-    """Text, padding, holding a block, the cap and the verdict: everything but the body's grammar."""
+    """Text, padding, holding a block, the cap and the verdict: everything but the body's grammar.
 
-    _STRIP_NEWLINES = True
+    A body kind gives `_step_table`, `_FIRST` (the state an opening marker of each kind begins),
+    `_reset_body` and `_verdict(text)` ((name, arguments, the model's id or None) of the calls of
+    the block `text`, admitted; None: it is text). Its steps hold what they read (`_take`) and
+    check the cap one of two ways: BLOCK steps read up to `limit` and `_wait` there; LIVE steps
+    (`_held`, `_follow`) read one character past the cap, then release the block."""
+
     _LIVE = False  # LIVE padding (see the module docstring); else BLOCK
 
     def __init__(self, spec: Spec, scope: CallScope, *, max_held: int = 1 << 20) -> None:
-        self.spec = spec
         self._body = spec.body
         self._opens = spec.opens
+        self._opens_by_text = {m.text: m for m in spec.opens}
         self._scope = scope
         self.judge = ToolCallJudge(scope)  # its validator cache and INVALID_SCHEMA notes
         self._max_held = max_held
@@ -198,33 +198,19 @@ class BlockLexer(Reporting):
         if self._state != TEXT:
             self._report(False)
 
-    def _step_table(self) -> dict[str, Step]:
-        raise NotImplementedError
-
-    def _begin(self, kind: str) -> None:
-        """An opening marker of `kind` was read: the body's first state."""
-        raise NotImplementedError
-
-    def _reset_body(self) -> None:
-        raise NotImplementedError
-
-    def _verdict(self, text: str) -> Calls | None:
-        """(name, arguments, the model's id or None) of the calls of the block `text`, admitted;
-        None: it is text."""
-        raise NotImplementedError
-
     def _finish_block(self, out: list[Segment], tail: str) -> None:
-        """The text ended inside a block (`tail`: unread, a possible tag cut short)."""
-        if not self._LIVE:
-            self._release(out, tail)
+        """The text ended inside a block (`tail`: unread, a possible tag cut short). LIVE steps read
+        `_final`: none keeps a tail; a block still open then is text, unless `_complete_at_end`."""
+        self._run(tail, out, final=True)
+        if self._state in (TEXT, AFTER):
             return
-        self._run(tail, out, final=True)  # LIVE steps read `_final`: none keeps a tail
-        if self._state not in (TEXT, AFTER):
-            self._end_block(out)
+        if self._complete_at_end():  # vLLM and llama.cpp accept a tag left open at the end
+            self._close(out, 0, implied=True)
+        else:
+            self._release(out)
 
-    def _end_block(self, out: list[Segment]) -> None:
-        """LIVE: the text ended inside a block; by default it is incomplete, so it is text."""
-        self._release(out)
+    def _complete_at_end(self) -> bool:
+        return False
 
     def _continues(self, c: str) -> str | None:
         """AFTER: the state `c` begins when it continues the calls without a marker (None: not)."""
@@ -272,9 +258,7 @@ class BlockLexer(Reporting):
         if not self._after_call:
             self._emit(out, self._pad)
         self._reset()
-        idle = self._state == TEXT
-        if idle != self.idle:
-            self._report(idle)
+        self._report(self._state == TEXT)
         return out
 
     # -- text --------------------------------------------------------------------------------------
@@ -300,16 +284,14 @@ class BlockLexer(Reporting):
             return None
         self._take_text(buf[pos : match.pos], out, before_tag=True)
         if match.marker is None:
-            self._tail = buf[match.pos :]
-            return None
+            return self._hold(buf, match.pos)
         self._block_pad, self._pad = self._pad, ""
         return self._open(buf, match.pos, match.marker)
 
     def _open(self, buf: str, at: int, marker: Marker) -> int:
-        end = at + len(marker.text)
         self._section = marker.kind
-        self._take(buf, at, end)
-        self._begin(marker.kind)
+        end = self._take_tag(buf, at, marker.text)
+        self._state = self._FIRST[marker.kind]
         return end
 
     def _take_text(self, text: str, out: list[Segment], before_tag: bool) -> None:
@@ -319,14 +301,16 @@ class BlockLexer(Reporting):
         else:
             body = "" if self._after_call and text.isspace() else text
         if body:
-            self._emit(out, self._pad + body)
-            self._pad = ""
-            self._after_call = False
+            self._send_pad(out, body)
         self._pad += text[len(body) :]
         if len(self._pad) > self._max_held:  # a flood of whitespace is not padding
-            self._emit(out, self._pad)
-            self._pad = ""
-            self._after_call = False
+            self._send_pad(out)
+
+    def _send_pad(self, out: list[Segment], text: str = "") -> None:
+        """The held whitespace goes out as text, in front of `text`: prose is last out."""
+        self._emit(out, self._pad + text)
+        self._pad = ""
+        self._after_call = False
 
     # -- holding -----------------------------------------------------------------------------------
 
@@ -337,20 +321,58 @@ class BlockLexer(Reporting):
             self._size += end - start
             self._last = buf[end - 1]
 
+    def _take_tag(self, buf: str, j: int, tag: str) -> int:
+        """The tag at `buf[j]` becomes part of the held block; reading goes on after it."""
+        self._take(buf, j, j + len(tag))
+        return j + len(tag)
+
     def _skip_ws(self, buf: str, i: int, limit: int) -> int:
         j = _WS.match(buf, i, limit).end()
         self._take(buf, i, j)
         return j
 
+    def _tag_after_ws(self, buf: str, i: int, limit: int, tags: tuple[str, ...]) -> tuple[int, Any]:
+        """BLOCK: whitespace from `i` is held; where it ends and `match_tag` there (`_PARTIAL`: wait)."""
+        j = self._skip_ws(buf, i, limit)
+        return j, match_tag(buf, j, limit, tags)
+
+    def _scan_to_tag(self, buf: str, i: int, limit: int, tags: Collection[str]) -> tuple[int, Any]:
+        """BLOCK: raw text from `i` is held up to the first tag of `tags`; where it is and which
+        (`_PARTIAL` up to `limit`: `_wait`). Every tag begins with `<`."""
+        while True:
+            j = buf.find("<", i, limit)
+            if j < 0:
+                self._take(buf, i, limit)
+                return limit, _PARTIAL
+            self._take(buf, i, j)
+            tag = match_tag(buf, j, limit, tags)
+            if tag is not None:
+                return j, tag
+            self._take(buf, j, j + 1)
+            i = j + 1
+
+    def _name_upto(self, buf: str, i: int, limit: int, stop: re.Pattern[str], name: str) -> tuple[int, str | None]:
+        """BLOCK: name characters from `i` (after `name`, read before) are held up to `stop`: where
+        they end (`limit`: `_wait`) and the name so far; None: longer than MAX_NAME, no name."""
+        room = MAX_NAME - len(name)
+        end = min(limit, i + room + 1)
+        found = stop.search(buf, i, end)
+        if found is None and end - i > room:
+            self._take(buf, i, i + room)
+            return i + room, None
+        j = end if found is None else found.start()
+        self._take(buf, i, j)
+        return j, name + buf[i:j]
+
+    def _hold(self, buf: str, j: int) -> None:
+        """`buf[j:]` is kept unread: the next piece decides (None: the step waits for it)."""
+        self._tail = buf[j:]
+
     def _wait(self, buf: str, j: int, limit: int, out: list[Segment]) -> int | None:
         """More text is needed from `j` on; past the cap there is none to wait for."""
         if limit < len(buf):  # what would decide lies beyond `max_held`: the block is text
-            self._release(out, buf[j:limit])
-            return limit
-        self._tail = buf[j:]
-        return None
-
-    # LIVE steps check the cap themselves: they read one character past it, then release.
+            return self._release(out, limit, buf[j:limit])
+        return self._hold(buf, j)
 
     def _room(self, pos: int, n: int) -> int:
         return min(n, pos + max(0, self._max_held - self._size) + 1)
@@ -361,57 +383,76 @@ class BlockLexer(Reporting):
             return True
         return False
 
-    def _opener(self, first: str, state: str, mark: bool = True) -> Step:
-        """A LIVE step: whitespace, then `first` begins the value (`state`; `mark`: it begins
-        here, `_value_at`); anything else is not a call (`[TOOL_CALLS] [see below]`, a
-        `<|python_tag|>` before code for Llama's own interpreter)."""
+    def _held(self, then: Then, run: re.Pattern[str] = _WS, name: str = "", most: int = 0) -> Step:
+        """A LIVE step: a run of `run` (whitespace) is held, then `then(buf, end, out)` reads the
+        character after it. `name`: the attribute the run is added to, a name of at most `most`
+        characters (a longer run is prose: not a call)."""
 
         def step(buf: str, i: int, limit: int, out: list[Segment]) -> int | None:
-            end = _WS.match(buf, i, self._room(i, len(buf))).end()
+            room = self._room(i, len(buf))
+            if name:
+                read = getattr(self, name)
+                room = min(room, i + most - len(read) + 1)
+            end = run.match(buf, i, room).end()
             self._take(buf, i, end)
             if self._over_cap(out):
                 return end
-            if end == len(buf):
-                return None
-            if buf[end] != first:
-                return self._reject(out, end)
+            if name:
+                setattr(self, name, read + buf[i:end])
+                if len(read) + end - i > most:
+                    return self._release(out, end)
+            return None if end == len(buf) else then(buf, end, out)
+
+        return step
+
+    def _opener(self, first: str, state: str, mark: bool = True) -> Step:
+        """A LIVE step: whitespace, then a character of `first` begins the value (`state`; `mark`:
+        it begins here, `_value_at`); anything else is not a call (`[TOOL_CALLS] [see below]`, a
+        `<|python_tag|>` before code for Llama's own interpreter, a model explaining the syntax:
+        the tag shows now, its prose streams live)."""
+
+        def then(buf: str, end: int, out: list[Segment]) -> int | None:
+            if buf[end] not in first:
+                return self._release(out, end)
             if mark:
                 self._value_at = self._size
             self._state = state
             return end
 
-        return step
+        return self._held(then)
 
-    def _tag(self, buf: str, j: int, tags: tuple[str, ...]) -> Any:
+    def _tag(self, buf: str, j: int, tags: Collection[str]) -> Any:
         """`match_tag` to the end of `buf`; once the text has ended, a tag cut short is none."""
         tag = match_tag(buf, j, len(buf), tags)
         return None if tag is _PARTIAL and self._final else tag
 
-    def _follow(self, buf: str, pos: int, out: list[Segment], scanner: Any, cut_by: tuple[str, ...], closed: Callable[[list[Segment], int], int]) -> int | None:
-        """Follow a value with `scanner` from where the last piece stopped; `closed(out, end)` when
-        it closes. A tag of `cut_by` outside its strings cuts it short: released (TEXT reads it)."""
-        limit = self._room(pos, len(buf))
-        i = pos
-        while True:
-            j, what = scanner.scan(buf, i, limit, self._final)
-            self._take(buf, pos, j)
-            if what is CLOSED:
-                return closed(out, j)
-            if what is MORE:
-                return j if self._over_cap(out) else None
-            if what is WAIT:  # the scanner needs more text to read `buf[j:]`
-                self._tail = buf[j:]
-                return None
-            tag = self._tag(buf, j, cut_by)  # STOP: `buf[j]` may begin a tag
-            if tag is _PARTIAL:
-                self._tail = buf[j:]
-                return None
-            if tag is not None:
-                self._release(out)
-                return j
-            scanner.take(buf[j])
-            self._take(buf, j, j + 1)
-            pos = i = j + 1
+    def _follow(self, scanner: Any, cut_by: tuple[str, ...], closed: Callable[..., int], cut: Any = None) -> Step:
+        """A LIVE step: follow a value with `scanner` (`JsonScanner`'s contract) from where the last
+        piece stopped; `closed(out, end)` when it closes. A tag of `cut_by` outside its strings is
+        `cut(out, at, tag)`; by default it cuts the value short: released (TEXT reads it)."""
+
+        def step(buf: str, pos: int, limit: int, out: list[Segment]) -> int | None:
+            limit = self._room(pos, len(buf))
+            while True:
+                j, what = scanner.scan(buf, pos, limit, self._final)
+                self.examined += j - pos
+                self._take(buf, pos, j)
+                if what is CLOSED:
+                    return closed(out, j)
+                if what is MORE:
+                    return j if self._over_cap(out) else None
+                if what is STOP:  # maybe a tag: the look-ahead counts as one of the first tag's length
+                    self.examined += min(len(cut_by[0]), len(buf) - j)
+                tag = _PARTIAL if what is WAIT else self._tag(buf, j, cut_by)
+                if tag is _PARTIAL:  # more text is needed to read `buf[j:]`
+                    return self._hold(buf, j)
+                if tag is not None:
+                    return cut(out, j, tag) if cut else self._release(out, j)
+                scanner.take(buf[j])
+                self._take(buf, j, j + 1)
+                pos = j + 1
+
+        return step
 
     # -- after a block (LIVE) ----------------------------------------------------------------------
 
@@ -423,9 +464,8 @@ class BlockLexer(Reporting):
         while end < n and (buf[end].isspace() or buf[end] in seps):
             end += 1
         self._pad += buf[pos:end]
-        if not self._after_call and self._pad:  # after text it is text, whatever follows
-            self._emit(out, self._pad)
-            self._pad = ""
+        if not self._after_call:  # after text it is text, whatever follows
+            self._send_pad(out)
         if len(self._pad) > self._max_held:  # a flood of whitespace is not padding
             return self._to_text(out, end)
         if end == n:
@@ -436,76 +476,62 @@ class BlockLexer(Reporting):
                 if self._final:
                     self._trailers = ()
                 else:
-                    self._tail = buf[end:]
+                    self._hold(buf, end)
                 return None
             if tag is not None:  # the end token of the calls: markup, swallowed
                 self._trailers = ()
                 return end + len(tag)
-        marker = self._marker_at(buf, end)
-        if marker is _PARTIAL:
-            self._tail = buf[end:]
-            return None
-        state = None if marker is not None else self._continues(buf[end])
-        if marker is None and state is None:
+        tag = self._tag(buf, end, self._opens_by_text)
+        if tag is _PARTIAL:
+            return self._hold(buf, end)
+        state = None if tag is not None else self._continues(buf[end])
+        if tag is None and state is None:
             return self._to_text(out, end)
-        if self._after_call:  # the next block takes the padding; after text it was sent
-            self._block_pad = self._pad
-        else:
-            self._emit(out, self._pad)
-        self._pad = ""
+        self._block_pad, self._pad = self._pad, ""  # the next block takes the padding of calls
         self._trailers = ()
-        if marker is not None:
-            return self._open(buf, end, marker)
+        if tag is not None:
+            return self._open(buf, end, self._opens_by_text[tag])
         self._state = state
         return end
 
-    def _marker_at(self, buf: str, j: int) -> Any:
-        """The opening marker at `buf[j]`, `_PARTIAL` (the text may still make one), or None."""
-        partial = False
-        for marker in self._opens:
-            if buf.startswith(marker.text, j):
-                return marker
-            if len(buf) - j < len(marker.text) and marker.text.startswith(buf[j:]):
-                partial = True
-        return _PARTIAL if partial and not self._final else None
-
     def _to_text(self, out: list[Segment], pos: int) -> int:
         """AFTER: prose follows; the padding goes back in front of it."""
-        self._emit(out, self._pad)
-        self._pad = ""
-        self._after_call = False
+        self._send_pad(out)
         self._trailers = ()
         self._state = TEXT
         return pos
 
     # -- leaving a block ---------------------------------------------------------------------------
 
-    def _close(self, out: list[Segment], pos: int, closing: str = "", implied: bool = False) -> int:
-        """The block ended (by `closing`, not held, or `implied` by what follows: whitespace at
-        its end then pads what comes next): its calls, else its text. TEXT at `pos`."""
+    def _close(self, out: list[Segment], pos: int, closer: str = "", implied: bool = False, judged: bool = True) -> int:
+        """The block ended (by `closer`, not held, or `implied` by what follows: whitespace at
+        its end then pads what comes next): its calls, else its text. TEXT (LIVE: AFTER) at `pos`."""
         text = self._raw.text()
         trailing = ""
         if implied:
             body = text.rstrip()
             text, trailing = body, text[len(body) :]
-        calls = self._verdict(text)
+        calls = self._verdict(text) if judged else None
         if calls:
             shown = self._between(text)  # text inside the block, shown in its place
             for k, (name, arguments, model_id) in enumerate(calls):
                 self._emit(out, shown.get(k, ""))
-                out.append(CallBegin(self._call_id(model_id), name))
-                out.append(CallArgs(arguments))
-                out.append(CallEnd())
+                out += (CallBegin(self._call_id(model_id), name), CallArgs(arguments), CallEnd())
             self._emit(out, shown.get(len(calls), ""))
             self._after_call = not shown.get(len(calls))
         else:
-            self._emit(out, self._block_pad + text + closing)
+            self._emit(out, self._block_pad + text + closer)
             self._after_call = False
             self._trailers = ()
-        self._state = AFTER if self._LIVE else TEXT
+        self._state = AFTER if self._LIVE and judged else TEXT
         self._reset_block()
         self._pad = trailing
         return pos
+
+    def _release(self, out: list[Segment], pos: int = 0, rest: str = "", implied: bool = False) -> int:
+        """Not a call (not this dialect's block after all, cut short, past the cap): everything
+        held goes out as text, then `rest`, nothing lost; TEXT reads on at `pos`."""
+        return self._close(out, pos, rest, implied, judged=False)
 
     def _between(self, text: str) -> dict[int, str]:
         """Text of the block `text` that is no call, by the index of the call it comes before
@@ -519,25 +545,6 @@ class BlockLexer(Reporting):
             return scope.claim_id(model_id)
         return scope.mint_call_id()
 
-    def _release(self, out: list[Segment], rest: str = "", implied: bool = False) -> None:
-        """The block is not a call: everything held goes out as text, nothing lost."""
-        text = self._raw.text()
-        trailing = ""
-        if implied:
-            body = text.rstrip()
-            text, trailing = body, text[len(body) :]
-        self._emit(out, self._block_pad + text + rest)
-        self._after_call = False
-        self._trailers = ()
-        self._state = TEXT
-        self._reset_block()
-        self._pad = trailing
-
-    def _reject(self, out: list[Segment], pos: int) -> int:
-        """Not this dialect's block after all: release it at once, read on as text at `pos`."""
-        self._release(out)
-        return pos
-
     @staticmethod
     def _emit(out: list[Segment], text: str) -> None:
         if text:
@@ -550,28 +557,29 @@ OPEN, JSON = "open", "json"
 
 
 class JsonCallsLexer(BlockLexer):
-    """`<tool_call>` whitespace, then `{` or `[` (else not a call, released at once), then a JSON
-    value followed through strings, escapes and depth. The block ends at the closer outside
-    strings; at the next opener outside strings (a complete value is judged as if closed, an
-    incomplete one is text); or at the end of the text (a complete value is judged). "Complete":
-    the top-level value closed and only whitespace follows it. A `<` outside strings looks ahead
-    at most one closer's length."""
+    """`open`, whitespace, then `{` or `[` (else not a call, released at once), then a JSON value
+    followed through strings, escapes and depth. The block ends at the closer outside strings; at
+    the next opener outside strings (a complete value is judged as if closed, an incomplete one
+    is text); or at the end of the text (a complete value is judged). "Complete": the top-level
+    value closed and only whitespace follows it. A `<` outside strings looks ahead at most one
+    closer's length."""
+
+    _FIRST = {"open": OPEN}
 
     def _step_table(self) -> dict[str, Step]:
         self._scanner = JsonScanner(stops="<")
-        return {OPEN: self._step_open, JSON: self._step_json}
+        tags = tuple(tag for tag in (self._body.close, self._body.open) if tag)
+        value = self._follow(self._scanner, tags, self._value_closed, self._tag_read)
+        return {OPEN: self._opener("{[", JSON, mark=False), JSON: value}
 
     def _reset_body(self) -> None:
         self._scanner.reset()
         self._value_end = -1  # size at which the top-level value closed, -1 while it is open
 
-    def _begin(self, kind: str) -> None:
-        self._state = OPEN
-
     def feed(self, text: str) -> list[Segment]:
         scanner = self._scanner
         if self._state == JSON and scanner.in_string and not scanner.escape and not self._tail and '"' not in text and "\\" not in text and self._size + len(text) <= self._max_held:
-            # The bulk of a held block: string text that cannot end the string. What `_step_json`
+            # The bulk of a held block: string text that cannot end the string. What JSON's step
             # makes of it (the whole piece taken), without its search.
             self._raw.append(text)
             self._size += len(text)
@@ -579,62 +587,20 @@ class JsonCallsLexer(BlockLexer):
             return []
         return super().feed(text)
 
-    def _step_open(self, buf: str, pos: int, limit: int, out: list[Segment]) -> int | None:
-        """OPEN: whitespace after the tag is held; the next character decides."""
-        end = _WS.match(buf, pos, self._room(pos, len(buf))).end()
-        self._take(buf, pos, end)
-        if self._size > self._max_held:
-            self._release(out)
-            return end
-        if end == len(buf):
-            return None
-        if buf[end] in "{[":
-            self._state = JSON
-            return end
-        # A model explaining the syntax: show the tag now, so that its prose streams live.
-        return self._reject(out, end)
+    def _value_closed(self, out: list[Segment], j: int) -> int:
+        if not self._body.close:  # no closer: the block ends with its value
+            return self._close(out, j)
+        if self._value_end < 0:
+            self._value_end = self._size
+        return j
 
-    def _step_json(self, buf: str, pos: int, limit: int, out: list[Segment]) -> int | None:
-        body = self._body
-        n = len(buf)
-        limit = min(n, pos + max(0, self._max_held - self._size) + 1)
-        scan = self._scanner.scan
-        i = pos
-        while i < limit:
-            j, what = scan(buf, i, limit)
-            self.examined += j - i
-            if what is MORE:
-                i = j
-                break
-            if what is CLOSED:
-                if not body.close:  # no closer: the block ends with its value
-                    self._take(buf, pos, j)
-                    return self._close(out, j)
-                if self._value_end < 0:
-                    self._value_end = self._size + j - pos
-                i = j
-                continue
-            # "<" outside strings: maybe a tag
-            self.examined += min(len(body.close), n - j)
-            if body.close and buf.startswith(body.close, j):
-                self._take(buf, pos, j)
-                return self._close(out, j + len(body.close), closing=body.close)
-            if buf.startswith(body.open, j):  # the closer is missing: the next block begins
-                self._take(buf, pos, j)
-                if self._complete():
-                    return self._close(out, j, implied=True)
-                self._release(out, implied=True)
-                return j
-            if n - j < max(len(body.close), len(body.open)) and ((body.close and body.close.startswith(buf[j:])) or body.open.startswith(buf[j:])):
-                self._take(buf, pos, j)
-                self._tail = buf[j:]
-                return None
-            i = j + 1
-        self._take(buf, pos, i)
-        if self._size > self._max_held:
-            self._release(out)
-            return i
-        return None
+    def _tag_read(self, out: list[Segment], j: int, tag: str) -> int:
+        """The closer ends the block; so does the next opener (the closer is missing)."""
+        if tag == self._body.close:
+            return self._close(out, j + len(tag), closer=tag)
+        if self._complete():
+            return self._close(out, j, implied=True)
+        return self._release(out, j, implied=True)
 
     def _complete(self) -> bool:
         return self._value_end >= 0 and not self._raw.text()[self._value_end :].strip()
@@ -645,10 +611,9 @@ class JsonCallsLexer(BlockLexer):
             # part of the markup: it goes with the block.
             self._close(out, 0, implied=True)
             if not self._after_call:
-                self._emit(out, self._pad + tail)
-                self._pad = ""
+                self._send_pad(out, tail)
         else:  # OPEN, or a value cut short: nothing was a call, nothing is lost
-            self._release(out, tail)
+            self._release(out, 0, tail)
 
     def _verdict(self, text: str) -> Calls | None:
         block = text[len(self._body.open) :]
@@ -682,13 +647,11 @@ class _Call:
 class _ParamsLexer(BlockLexer):
     """Calls built from named raw values, typed by the tool's schema (`coerce_value`)."""
 
-    _PARAM_CLOSE = ""  # trimmed off values ended by the function's closer
+    _STRIP_NEWLINES = True  # one leading and one trailing newline of a value are markup
 
     def _reset_body(self) -> None:
         self._calls: list[_Call] = []
-
-    def _complete_at_end(self) -> bool:
-        raise NotImplementedError
+        self._escaped = False  # an escaped separator was read: the values are escaped too
 
     def _finish_block(self, out: list[Segment], tail: str) -> None:
         if self._complete_at_end():
@@ -697,7 +660,7 @@ class _ParamsLexer(BlockLexer):
             self._take(tail, 0, len(tail))
             self._close(out, 0)
         else:  # nothing complete was a call: everything held is text, nothing lost
-            self._release(out, tail)
+            self._release(out, 0, tail)
 
     def _verdict(self, text: str) -> Calls | None:
         """All or nothing, like a list in a JSON block; problems noted as the judge notes them."""
@@ -713,9 +676,7 @@ class _ParamsLexer(BlockLexer):
         for call in self._calls:
             spec = tools[call.name]
             properties = _properties(spec) or {}
-            arguments: dict[str, Any] = {}
-            for param in call.params:
-                arguments[param.name] = coerce_value(self._value_text(text, param), properties.get(param.name))
+            arguments = {p.name: coerce_value(self._value_text(text, p), properties.get(p.name)) for p in call.params}
             error = self.judge.schema_error(spec, arguments)
             if error is not None:
                 if spec.strict:
@@ -731,14 +692,19 @@ class _ParamsLexer(BlockLexer):
 
     def _value_text(self, text: str, param: _Param) -> str:
         end = param.end
-        if param.trim_close:
+        if param.trim_close:  # (XmlParams) its parameter closer, before the function's, is markup
             body = text[param.start : end].rstrip()
-            if self._PARAM_CLOSE and body.endswith(self._PARAM_CLOSE):
+            if body.endswith(self._PARAM_CLOSE):
                 end = param.start + len(body) - len(self._PARAM_CLOSE)
         value = text[param.start : end]
         if self._STRIP_NEWLINES:
             value = value.removeprefix("\n")
             value = value.removesuffix("\n")
+        if self._escaped:  # (KeyValues) read as the text of a JSON string, else as written
+            try:
+                return json.loads(f'"{value}"', strict=False)
+            except ValueError:
+                pass
         return value
 
 
@@ -746,68 +712,54 @@ class _ParamsLexer(BlockLexer):
 
 WRAP, NAME, BODY, VALUE, PEND = "wrap", "name", "body", "value", "pend"
 IN_WRAP, AFTER_BARE = "in_wrap", "after_bare"
-_UNJUDGED = object()
-FUNC, PARAM, IMPLICIT = "function", "parameter", "implicit"  # whose name NAME reads
+FUNC, PARAM, IMPLICIT = "function", "parameter", "implicit"  # whose name NAME reads; kinds of element
+WRAPPER = "wrapper"
 
 
 class XmlParamsLexer(_ParamsLexer):
-    """States, and what moves between them:
+    """States: WRAP, between a wrapper's functions; NAME, a function's or parameter's name up to
+    its `>`; BODY, after a function's name: a parameter tag or the function end; VALUE, raw text;
+    PEND, a closer was read; IN_WRAP, text in a wrapper after a complete function; AFTER_BARE,
+    after a bare function: a wrapper end right after it (a model's orphan closer) is part of the
+    block, anything else pads what follows.
 
-        TEXT   --wrapper tag-->  WRAP;  --function tag (bare)-->  NAME (of the function)
-        WRAP   --whitespace-->  WRAP;  --function tag-->  NAME;  --wrapper end, calls made-->  TEXT (verdict)
-        WRAP   --next wrapper tag, calls made-->  TEXT (verdict as if closed)
-        WRAP   --other text, calls made-->  IN_WRAP;  --else-->  TEXT (released)
-        IN_WRAP  --text-->  IN_WRAP;  --function tag, wrapper end or tag-->  WRAP (the text is shown in place)
-        NAME   --`>`-->  BODY (function) / VALUE (parameter);  --a character no name has-->  TEXT (released)
-        BODY   --whitespace-->  BODY;  --parameter tag-->  NAME;  --function end-->  WRAP (bare: AFTER_BARE)
-        BODY   --anything else-->  TEXT (released: `use <function=NAME> tags` is prose)
-        VALUE  --parameter end / function end-->  PEND;  --parameter tag opening a line-->  NAME (implicit)
-        PEND   --whitespace-->  PEND;  --a tag that may follow the closer-->  the value ends where it began
-        PEND   --anything else-->  VALUE (the closer was part of the value)
-        AFTER_BARE  --whitespace-->  AFTER_BARE;  --wrapper end-->  TEXT (verdict: an orphan end is
-               markup of the call);  --anything else-->  TEXT (verdict; the whitespace pads what follows)
-        finish: WRAP or IN_WRAP after a complete function, PEND after the function end, or
-               AFTER_BARE: verdict; else text.
+    Values are not escaped: a value may hold the dialect's own tags. A closer counts only when
+    what follows fits: after the parameter end the next parameter, the function end or the
+    wrapper end; after the function end the wrapper end, the next function or the next wrapper
+    (then the block is complete: judged as if closed); a bare function's end counts at once.
+    Text in a wrapper after a complete function is shown in its place when the block becomes
+    calls; before the first function it makes the block text at once. Opening tags that begin a
+    line inside a value open literal elements, counted per kind, whose closers are literal too;
+    a parameter tag beginning a line outside them closes the value (its end is missing) when it
+    names a property of the tool not yet given (any name not yet given when the tool has no
+    properties). One leading and one trailing newline of each value are markup. At the end of
+    the text a complete block is judged (WRAP or IN_WRAP after a function, PEND after the
+    function end, AFTER_BARE); any other is text."""
 
-    Values are not escaped, so a value may hold the dialect's own tags. A closer counts only when
-    what follows it fits: the parameter end then the next parameter, the function end or the
-    wrapper end; the function end then the wrapper end, the next function or the next wrapper
-    (bare: at once; a wrapper end right after it, a model's orphan closer, is part of the block).
-    Text inside a wrapper after a complete function (before the next function or the wrapper
-    end) is shown in its place when the block becomes calls; before the first function it makes
-    the block text at once. Opening tags that begin a line inside a value open literal elements,
-    counted per kind, whose closers are literal too. A parameter tag beginning a line outside
-    literal elements closes the value (a missing parameter end) when it names a property of the
-    tool not yet given (any name not yet given when the tool has no properties); otherwise it
-    opens a literal element. One leading and one trailing newline of each value are markup."""
+    _FIRST = {"wrap": WRAP, "bare": NAME}  # `_reset_body` readies NAME for a function's name
 
     def _step_table(self) -> dict[str, Step]:
         b: XmlParams = self._body  # type: ignore[assignment]
         self._WRAP_OPEN, self._WRAP_CLOSE = b.wrap
         self._FUNC_OPEN, self._FUNC_CLOSE = b.function
         self._PARAM_OPEN, self._PARAM_CLOSE = b.parameter
-        self._FUNC_NAME_STOP = re.compile(b.function_name_stop)
-        self._PARAM_NAME_STOP = re.compile(b.parameter_name_stop)
+        self._name_stop = {FUNC: re.compile(b.function_name_stop), PARAM: re.compile(b.parameter_name_stop)}
+        self._name_stop[IMPLICIT] = self._name_stop[PARAM]
+        self._reads_name = {self._FUNC_OPEN: FUNC, self._PARAM_OPEN: PARAM}  # tags a name follows
         self._wrap_tags = (self._FUNC_OPEN, self._WRAP_CLOSE, self._WRAP_OPEN)
-        self._body_tags = (self._PARAM_OPEN, self._FUNC_CLOSE)
-        self._value_tags = (self._PARAM_CLOSE, self._FUNC_CLOSE, self._WRAP_CLOSE, self._PARAM_OPEN, self._FUNC_OPEN, self._WRAP_OPEN)
+        self._body_tags = (self._PARAM_OPEN, self._FUNC_CLOSE)  # (also after a bare function's parameter end)
+        # In a value: each tag's kind of element, and whether it closes one (closers first).
+        self._value_tags = {self._PARAM_CLOSE: (PARAM, True), self._FUNC_CLOSE: (FUNC, True),
+                            self._WRAP_CLOSE: (WRAPPER, True), self._PARAM_OPEN: (PARAM, False),
+                            self._FUNC_OPEN: (FUNC, False), self._WRAP_OPEN: (WRAPPER, False)}
         # What may follow a closer for it to count.
-        self._after_param_wrapped = (self._PARAM_OPEN, self._FUNC_CLOSE, self._WRAP_CLOSE)
-        self._after_param_bare = (self._PARAM_OPEN, self._FUNC_CLOSE)
+        self._after_param = (self._PARAM_OPEN, self._FUNC_CLOSE, self._WRAP_CLOSE)
         self._after_function = (self._WRAP_CLOSE, self._FUNC_OPEN, self._WRAP_OPEN)
-        return {
-            WRAP: self._step_wrap,
-            NAME: self._step_name,
-            BODY: self._step_body,
-            VALUE: self._step_value,
-            PEND: self._step_pend,
-            IN_WRAP: self._step_in_wrap,
-            AFTER_BARE: self._step_after_bare,
-        }
+        return {WRAP: self._step_wrap, NAME: self._step_name, BODY: self._step_body, VALUE: self._step_value,
+                PEND: self._step_pend, IN_WRAP: self._step_in_wrap, AFTER_BARE: self._step_after_bare}
 
     def _reset_body(self) -> None:
         super()._reset_body()
-        self._wrapped = False
         self._properties: dict[str, Any] | None = None  # of the current function's tool
         self._seen: set[str] = set()  # parameters the current function has given
         self._name_for = FUNC
@@ -817,32 +769,25 @@ class XmlParamsLexer(_ParamsLexer):
         # Elements opened literally inside the current value, per kind: their closers are
         # literal too. Kept apart so that a stray literal parameter tag cannot hide the real
         # function end (vLLM falls back on it the same way).
-        self._open_params = self._open_functions = self._open_wraps = 0
+        self._literals = dict.fromkeys((PARAM, FUNC, WRAPPER), 0)
         self._pend_kind = PARAM  # which closer PEND is confirming
         self._pend_at = 0  # where that closer began: the value's end if it counts
         self._function_end = 0  # where the last function's closer ended
-        self._judged: Any = _UNJUDGED  # a bare function's verdict, given at its end
+        self._judged: Calls | None = None  # a bare function's calls, judged at its end
         self._texts: list[tuple[int, int, int]] = []  # (calls before it, start, end): text in the wrapper
 
-    def _begin(self, kind: str) -> None:
-        self._wrapped = kind == "wrap"
-        if self._wrapped:
-            self._state = WRAP
-        else:
-            self._read_name(FUNC)
+    @property
+    def _wrapped(self) -> bool:  # the block opened with the wrapper, else with a bare function
+        return self._section == "wrap"
 
     def _complete_at_end(self) -> bool:
-        if self._state == WRAP:
-            return bool(self._calls)  # every function in it is closed
         if self._state == IN_WRAP:  # text after a complete function, up to the end
             self._texts.append((len(self._calls), self._function_end, self._size))
-            return True
-        if self._state == AFTER_BARE:
-            return True
-        if self._state == PEND and self._pend_kind == FUNC:  # the end of the text confirms it
+        elif self._state == PEND and self._pend_kind == FUNC:  # the end of the text confirms it
             self._end_param(trim_close=True)
-            return True
-        return False
+        else:  # in WRAP every function is closed
+            return self._state == AFTER_BARE or (self._state == WRAP and bool(self._calls))
+        return True
 
     def _parse_name(self, raw: str) -> str | None:
         if self._body.quoted_names:  # `"NAME"`, `'NAME'` or a bare NAME
@@ -852,63 +797,40 @@ class XmlParamsLexer(_ParamsLexer):
         return raw or None
 
     def _step_wrap(self, buf: str, i: int, limit: int, out: list[Segment]) -> int | None:
-        """WRAP: between the functions of a wrapper."""
-        j = self._skip_ws(buf, i, limit)
-        if j == limit:
-            return self._wait(buf, j, limit, out)
-        tag = match_tag(buf, j, limit, self._wrap_tags)
+        j, tag = self._tag_after_ws(buf, i, limit, self._wrap_tags)
         if tag is _PARTIAL:
             return self._wait(buf, j, limit, out)
         if tag == self._FUNC_OPEN:
-            self._take(buf, j, j + len(tag))
-            self._read_name(FUNC)
-            return j + len(tag)
-        if self._calls and tag == self._WRAP_CLOSE:
-            self._take(buf, j, j + len(tag))
-            return self._close(out, j + len(tag))
-        if self._calls and tag == self._WRAP_OPEN:  # the end tag is missing: the next block begins
+            return self._read_name(FUNC, self._take_tag(buf, j, tag))
+        if not self._calls:  # `<tool_call>{` (Hermes), `<tool_call>name` (GLM), prose: not ours
+            return self._release(out, j)
+        if tag == self._WRAP_CLOSE:
+            return self._close(out, self._take_tag(buf, j, tag))
+        if tag == self._WRAP_OPEN:  # the end tag is missing: the next block begins
             return self._close(out, j)
-        if self._calls:  # text after a complete function: held with the block, shown in place
-            self._state = IN_WRAP
-            return j
-        # `<tool_call>{` (Hermes), `<tool_call>name` (GLM), prose: not ours, shown at once.
-        return self._reject(out, j)
+        self._state = IN_WRAP  # text after a complete function: held with the block, shown in place
+        return j
 
     def _step_in_wrap(self, buf: str, i: int, limit: int, out: list[Segment]) -> int | None:
-        """IN_WRAP: text inside the wrapper after a function, up to the wrapper's next tag."""
-        while True:
-            j = buf.find("<", i, limit)
-            if j < 0:
-                self._take(buf, i, limit)
-                return self._wait(buf, limit, limit, out)
-            self._take(buf, i, j)
-            tag = match_tag(buf, j, limit, self._wrap_tags)
-            if tag is _PARTIAL:
-                return self._wait(buf, j, limit, out)
-            if tag is not None:  # WRAP reads the tag
-                self._texts.append((len(self._calls), self._function_end, self._size))
-                self._state = WRAP
-                return j
-            self._take(buf, j, j + 1)
-            i = j + 1
+        j, tag = self._scan_to_tag(buf, i, limit, self._wrap_tags)
+        if tag is _PARTIAL:
+            return self._wait(buf, j, limit, out)
+        self._texts.append((len(self._calls), self._function_end, self._size))
+        self._state = WRAP  # WRAP reads the tag
+        return j
 
     def _step_after_bare(self, buf: str, i: int, limit: int, out: list[Segment]) -> int | None:
         """AFTER_BARE: a bare function ended; the wrapper's end may follow it (vLLM drops it with
         whatever follows the call; here only the closer goes, prose after it stays)."""
-        j = self._skip_ws(buf, i, limit)
-        tag = match_tag(buf, j, limit, (self._WRAP_CLOSE,)) if j < limit else _PARTIAL
-        if tag is _PARTIAL:
-            if limit < len(buf):  # the cap: the call is complete, the look-ahead ends here
-                return self._close(out, j, implied=True)
-            self._tail = buf[j:]
-            return None
-        if tag is None:
+        j, tag = self._tag_after_ws(buf, i, limit, (self._WRAP_CLOSE,))
+        if tag is _PARTIAL and limit == len(buf):
+            return self._hold(buf, j)
+        if tag is None or tag is _PARTIAL:  # (past the cap: the look-ahead ends here)
             return self._close(out, j, implied=True)
-        self._take(buf, j, j + len(tag))
-        return self._close(out, j + len(tag))
+        return self._close(out, self._take_tag(buf, j, tag))
 
     def _verdict(self, text: str) -> Calls | None:
-        return super()._verdict(text) if self._judged is _UNJUDGED else self._judged
+        return self._judged or super()._verdict(text)
 
     def _between(self, text: str) -> dict[int, str]:
         shown: dict[int, str] = {}
@@ -916,50 +838,35 @@ class XmlParamsLexer(_ParamsLexer):
             shown[k] = shown.get(k, "") + text[start:end].rstrip()
         return shown
 
-    def _read_name(self, target: str) -> None:
+    def _read_name(self, target: str, pos: int = 0) -> int:
         self._name_for = target
         self._name_chars = ""
         self._state = NAME
+        return pos
 
     def _step_name(self, buf: str, i: int, limit: int, out: list[Segment]) -> int | None:
-        """NAME: the name of a function or parameter tag, up to its `>`."""
-        stop_at = self._FUNC_NAME_STOP if self._name_for == FUNC else self._PARAM_NAME_STOP
-        room = MAX_NAME - len(self._name_chars)
-        end = min(limit, i + room + 1)
-        stop = stop_at.search(buf, i, end)
-        if stop is None:
-            if end - i > room:  # longer than any name
-                self._take(buf, i, i + room)
-                return self._bad_name(out, i + room)
-            self._name_chars += buf[i:end]
-            self._take(buf, i, end)
-            return self._wait(buf, end, limit, out)
-        j = stop.start()
-        self._name_chars += buf[i:j]
-        self._take(buf, i, j)
-        if buf[j] != ">":
-            return self._bad_name(out, j)
-        self._take(buf, j, j + 1)
-        return self._named(out, j + 1)
-
-    def _bad_name(self, out: list[Segment], j: int) -> int:
+        j, name = self._name_upto(buf, i, limit, self._name_stop[self._name_for], self._name_chars)
+        if name is not None:
+            self._name_chars = name
+            if j == limit:
+                return self._wait(buf, j, limit, out)
+            if buf[j] == ">":
+                return self._named(out, self._take_tag(buf, j, ">"))
         if self._name_for == IMPLICIT:  # not a tag after all: plain text of the value
             self._state = VALUE
             return j
-        return self._reject(out, j)
+        return self._release(out, j)
 
     def _named(self, out: list[Segment], pos: int) -> int:
         name = self._parse_name(self._name_chars)
+        if name is None and self._name_for != IMPLICIT:
+            return self._release(out, pos)
         if self._name_for == FUNC:
-            if name is None:
-                return self._reject(out, pos)
             self._calls.append(_Call(name))
             self._properties = _properties(self._scope.tools.get(name))
             self._seen = set()
             self._state = BODY
         elif self._name_for == PARAM:
-            if name is None:
-                return self._reject(out, pos)
             self._begin_param(name)
         elif name is not None and name not in self._seen and (self._properties is None or name in self._properties):
             # A parameter the tool has and the call has not given yet: the previous value
@@ -968,7 +875,7 @@ class XmlParamsLexer(_ParamsLexer):
             self._begin_param(name)
         else:
             if name is not None:  # a literal element inside the value: its close is literal too
-                self._open_params += 1
+                self._literals[PARAM] += 1
             self._state = VALUE
         return pos
 
@@ -976,7 +883,7 @@ class XmlParamsLexer(_ParamsLexer):
         self._param_name = name
         self._seen.add(name)
         self._value_start = self._size
-        self._open_params = self._open_functions = self._open_wraps = 0
+        self._literals = dict.fromkeys((PARAM, FUNC, WRAPPER), 0)
         self._state = VALUE
 
     def _end_param(self, trim_close: bool) -> None:
@@ -987,7 +894,7 @@ class XmlParamsLexer(_ParamsLexer):
             # Judged now: a block that is text goes at once, calls wait for what follows them.
             self._judged = super()._verdict(self._raw.text())
             if not self._judged:
-                return self._close(out, pos)
+                return self._release(out, pos)
             self._state = AFTER_BARE
             return pos
         self._function_end = self._size
@@ -995,102 +902,60 @@ class XmlParamsLexer(_ParamsLexer):
         return pos
 
     def _step_body(self, buf: str, i: int, limit: int, out: list[Segment]) -> int | None:
-        """BODY: right after the function's name: a parameter or the end of the function."""
-        j = self._skip_ws(buf, i, limit)
-        if j == limit:
-            return self._wait(buf, j, limit, out)
-        tag = match_tag(buf, j, limit, self._body_tags)
+        j, tag = self._tag_after_ws(buf, i, limit, self._body_tags)
         if tag is _PARTIAL:
             return self._wait(buf, j, limit, out)
         if tag is None:  # `use <function=NAME> tags`, Llama's `<function=NAME>{json}`: not ours
-            return self._reject(out, j)
-        self._take(buf, j, j + len(tag))
+            return self._release(out, j)
         if tag == self._PARAM_OPEN:
-            self._read_name(PARAM)
-            return j + len(tag)
-        return self._end_function(out, j + len(tag))
+            return self._read_name(PARAM, self._take_tag(buf, j, tag))
+        return self._end_function(out, self._take_tag(buf, j, tag))
 
     def _step_value(self, buf: str, i: int, limit: int, out: list[Segment]) -> int | None:
         """VALUE: raw text; only the dialect's tags matter, and only some of them count."""
         while True:
-            j = buf.find("<", i, limit)
-            if j < 0:
-                self._take(buf, i, limit)
-                return self._wait(buf, limit, limit, out)
-            self._take(buf, i, j)
-            tag = match_tag(buf, j, limit, self._value_tags)
+            j, tag = self._scan_to_tag(buf, i, limit, self._value_tags)
             if tag is _PARTIAL:
                 return self._wait(buf, j, limit, out)
-            if tag is None:
-                self._take(buf, j, j + 1)
-                i = j + 1
-                continue
             line_start = self._size == self._value_start or self._last == "\n"
-            n = j + len(tag)
-            self._take(buf, j, n)
-            if tag == self._PARAM_CLOSE:
-                if self._open_params:  # closes a literal element of the value
-                    self._open_params -= 1
-                    i = n
-                    continue
-                self._pend_at = self._size - len(tag)
-                self._pend_kind = PARAM
-                self._state = PEND
-                return n
-            if tag == self._FUNC_CLOSE:
-                if self._open_functions:
-                    self._open_functions -= 1
-                    i = n
-                    continue
-                self._pend_at = self._size - len(tag)
-                if not self._wrapped:  # bare: nothing follows to confirm it
+            at = self._size  # where the tag begins in the block
+            i = self._take_tag(buf, j, tag)
+            kind, closes = self._value_tags[tag]
+            if closes and self._literals[kind]:  # closes a literal element of the value
+                self._literals[kind] -= 1
+            elif closes and kind != WRAPPER:  # the parameter end or the function end
+                self._pend_at = at
+                self._pend_kind = kind
+                if not self._wrapped and kind == FUNC:  # bare: nothing follows to confirm it
                     self._end_param(trim_close=True)
-                    return self._end_function(out, n)
-                self._pend_kind = FUNC
+                    return self._end_function(out, i)
                 self._state = PEND
-                return n
-            if tag == self._WRAP_CLOSE:
-                self._open_wraps = max(0, self._open_wraps - 1)
-            elif line_start:  # tags inside a line are prose about tags: only line starts nest
-                if tag == self._FUNC_OPEN:
-                    self._open_functions += 1
-                elif tag == self._WRAP_OPEN:
-                    self._open_wraps += 1
-                elif self._open_params or self._open_functions or self._open_wraps:
-                    self._open_params += 1
+                return i
+            elif not closes and line_start:  # only line starts nest: tags inside a line are prose about tags
+                if kind != PARAM or any(self._literals.values()):
+                    self._literals[kind] += 1
                 else:  # a parameter opening a line, outside any literal element: maybe the
                     # missing parameter end (decided once its name is read)
-                    self._pend_at = self._size - len(tag)
-                    self._read_name(IMPLICIT)
-                    return n
-            i = n
+                    self._pend_at = at
+                    return self._read_name(IMPLICIT, i)
 
     def _step_pend(self, buf: str, i: int, limit: int, out: list[Segment]) -> int | None:
-        """PEND: a closer was read; what follows it says whether it counts."""
-        j = self._skip_ws(buf, i, limit)
-        if j == limit:
-            return self._wait(buf, j, limit, out)
         if self._pend_kind == PARAM:
-            tags = self._after_param_wrapped if self._wrapped else self._after_param_bare
+            tags = self._after_param if self._wrapped else self._body_tags
         else:
             tags = self._after_function
-        tag = match_tag(buf, j, limit, tags)
+        j, tag = self._tag_after_ws(buf, i, limit, tags)
         if tag is _PARTIAL:
             return self._wait(buf, j, limit, out)
         if tag is None:  # the closer and the whitespace after it are part of the value
             self._state = VALUE
             return j
-        n = j + len(tag)
         self._end_param(trim_close=self._pend_kind == FUNC)
         if tag == self._WRAP_OPEN:  # the function end, then the next block: this one is complete
             return self._close(out, j)
-        self._take(buf, j, n)
-        if tag == self._PARAM_OPEN:
-            self._read_name(PARAM)
-            return n
-        if tag == self._FUNC_OPEN:
-            self._read_name(FUNC)
-            return n
+        n = self._take_tag(buf, j, tag)
+        if tag in self._reads_name:
+            return self._read_name(self._reads_name[tag], n)
         if tag == self._WRAP_CLOSE:  # the function end was missing, or confirmed
             return self._close(out, n)
         return self._end_function(out, n)  # the parameter end, then the function end
@@ -1098,42 +963,29 @@ class XmlParamsLexer(_ParamsLexer):
 
 # -- key / value pairs (GLM) ---------------------------------------------------------------------
 
-HEAD, KV_NAME, AFTER_NAME, KEY, KV, KV_VALUE, KV_PEND = "head", "kv_name", "after_name", "key", "kv", "kv_value", "kv_pend"
+KV_NAME, AFTER_NAME, KEY, KV, KV_VALUE, KV_PEND = "kv_name", "after_name", "key", "kv", "kv_value", "kv_pend"
+_LT = re.compile("<")
 
 
 class KeyValuesLexer(_ParamsLexer):
-    """States, and what moves between them:
+    """States: NAME, whitespace then name characters (none: not this dialect); AFTER_NAME, the
+    first key tag or the closer (a call with `{}`); KEY, up to the key end (any other `<`: text);
+    KV, the value tag; VALUE, up to the value end; PEND: the value end counts when the next key,
+    the closer or the next opener (judged as if closed) follows, else it was part of the value.
+    At the end of the text a block in PEND (every value closed) is judged. Values are taken as
+    written (no newline comes off). With `escaped`, the whitespace that AFTER_NAME, KV and PEND
+    skip may hold the escaped separator; a block where one was skipped has its values unescaped
+    as the text of a JSON string (kept as written when that fails)."""
 
-        TEXT   --opener-->  HEAD  --whitespace-->  HEAD;  --name character-->  NAME;  --else-->  TEXT (released)
-        NAME   --name characters-->  NAME;  --anything else-->  AFTER_NAME
-        AFTER_NAME  --whitespace-->  AFTER_NAME;  --key tag-->  KEY;  --closer-->  TEXT (verdict, `{}`)
-        KEY    --text-->  KEY;  --key end-->  KV;  --any other `<`-->  TEXT (released)
-        KV     --whitespace-->  KV;  --value tag-->  VALUE;  --else-->  TEXT (released)
-        VALUE  --value end-->  PEND
-        PEND   --whitespace-->  PEND;  --key tag-->  KEY;  --closer-->  TEXT (verdict)
-        PEND   --opener-->  TEXT (verdict as if closed; the next block begins)
-        PEND   --anything else-->  VALUE (the value end was part of the value)
-        finish: PEND (every value closed): verdict; else text.
-
-    Values are taken as written (no newline comes off). With `escaped`, the whitespace that
-    AFTER_NAME, KV and PEND skip may hold the escaped separator; a block where one was skipped
-    has its values unescaped as the text of a JSON string (kept as written when that fails)."""
-
+    _FIRST = {"open": KV_NAME}
     _STRIP_NEWLINES = False
 
     def _step_table(self) -> dict[str, Step]:
         b: KeyValues = self._body  # type: ignore[assignment]
-        self._name_char = re.compile(b.name_chars)
         self._name_run = re.compile(b.name_chars + "*")
-        return {
-            HEAD: self._step_head,
-            KV_NAME: self._step_name,
-            AFTER_NAME: self._step_after_name,
-            KEY: self._step_key,
-            KV: self._step_kv,
-            KV_VALUE: self._step_value,
-            KV_PEND: self._step_pend,
-        }
+        self._after_name_tags, self._pend_tags = (b.key[0], b.close), (b.key[0], b.close, b.open)
+        return {KV_NAME: self._step_name, AFTER_NAME: self._step_after_name, KEY: self._step_key, KV: self._step_kv,
+                KV_VALUE: self._step_value, KV_PEND: self._step_pend}
 
     def _reset_body(self) -> None:
         super()._reset_body()
@@ -1141,34 +993,22 @@ class KeyValuesLexer(_ParamsLexer):
         self._key_chars = ""
         self._value_start = 0
         self._pend_at = 0
-        self._escaped = False  # an escaped separator was read: the values are escaped too
         self._pend_escaped = False  # `_escaped` when the value end PEND confirms was read
 
-    def _skip_sep(self, buf: str, i: int, limit: int) -> tuple[int, bool]:
-        """Whitespace and escaped separators from `i`: where they end, and whether an escaped
-        separator may be cut short there (more text decides)."""
+    def _tag_after_ws(self, buf: str, i: int, limit: int, tags: tuple[str, ...]) -> tuple[int, Any]:
+        """Whitespace and escaped separators, then the tag; `_PARTIAL` where an escaped separator
+        may be cut short (more text decides)."""
         sep = self._body.escaped
         j = self._skip_ws(buf, i, limit)
         while sep and j < limit and buf[j] == sep[0]:
-            if buf.startswith(sep, j, limit):
-                self._escaped = True
-                self._take(buf, j, j + len(sep))
-                j = self._skip_ws(buf, j + len(sep), limit)
-            else:
-                return j, limit - j < len(sep) and sep.startswith(buf[j:limit])
-        return j, False
-
-    def _value_text(self, text: str, param: _Param) -> str:
-        value = super()._value_text(text, param)
-        if self._escaped:
-            try:
-                return json.loads(f'"{value}"', strict=False)
-            except ValueError:
-                pass
-        return value
-
-    def _begin(self, kind: str) -> None:
-        self._state = HEAD
+            if not buf.startswith(sep, j, limit):
+                if limit - j < len(sep) and sep.startswith(buf[j:limit]):
+                    return j, _PARTIAL
+                break
+            self._escaped = True
+            self._take(buf, j, j + len(sep))
+            j = self._skip_ws(buf, j + len(sep), limit)
+        return j, match_tag(buf, j, limit, tags)
 
     def _complete_at_end(self) -> bool:
         if self._state == KV_PEND:  # every value closed; only the closer is missing
@@ -1176,114 +1016,76 @@ class KeyValuesLexer(_ParamsLexer):
             return True
         return False
 
-    def _step_head(self, buf: str, i: int, limit: int, out: list[Segment]) -> int | None:
-        """HEAD: whitespace, then the first character of a name, or not this dialect at all."""
-        j = self._skip_ws(buf, i, limit)
-        if j == limit:
-            return self._wait(buf, j, limit, out)
-        if not self._name_char.match(buf, j):  # `{` (Hermes), `<function=` (Qwen), prose
-            return self._reject(out, j)
-        self._state = KV_NAME
-        return j
-
     def _step_name(self, buf: str, i: int, limit: int, out: list[Segment]) -> int | None:
+        if not self._name_chars:  # whitespace before the name
+            i = self._skip_ws(buf, i, limit)
         room = MAX_NAME - len(self._name_chars)
         j = self._name_run.match(buf, i, min(limit, i + room + 1)).end()
         if j - i > room:
             self._take(buf, i, i + room)
-            return self._reject(out, i + room)
+            return self._release(out, i + room)
         self._name_chars += buf[i:j]
         self._take(buf, i, j)
         if j == limit:
             return self._wait(buf, j, limit, out)
+        if not self._name_chars:  # `{` (Hermes), `<function=` (Qwen), prose: not this dialect
+            return self._release(out, j)
         self._calls = [_Call(self._name_chars)]
         self._state = AFTER_NAME
         return j
 
     def _step_after_name(self, buf: str, i: int, limit: int, out: list[Segment]) -> int | None:
-        """AFTER_NAME: the first key, or the end of a call without arguments."""
-        b: KeyValues = self._body  # type: ignore[assignment]
-        j, cut = self._skip_sep(buf, i, limit)
-        if cut or j == limit:
-            return self._wait(buf, j, limit, out)
-        tag = match_tag(buf, j, limit, (b.key[0], b.close))
+        j, tag = self._tag_after_ws(buf, i, limit, self._after_name_tags)
         if tag is _PARTIAL:
             return self._wait(buf, j, limit, out)
         if tag is None:  # `<tool_call> tags, like...`: prose, shown at once
-            return self._reject(out, j)
-        self._take(buf, j, j + len(tag))
-        if tag == b.close:
-            return self._close(out, j + len(tag))
-        self._key_chars = ""
+            return self._release(out, j)
+        return self._key_or_close(out, tag, self._take_tag(buf, j, tag))
+
+    def _key_or_close(self, out: list[Segment], tag: str, pos: int) -> int:
+        """`tag`, the closer or a key tag, was read: the block ends, or the next key begins."""
+        if tag == self._body.close:
+            return self._close(out, pos)
         self._state = KEY
-        return j + len(tag)
+        return pos
 
     def _step_key(self, buf: str, i: int, limit: int, out: list[Segment]) -> int | None:
-        room = MAX_NAME - len(self._key_chars)
-        end = min(limit, i + room + 1)
-        j = buf.find("<", i, end)
-        if j < 0:
-            if end - i > room:
-                self._take(buf, i, i + room)
-                return self._reject(out, i + room)
-            self._key_chars += buf[i:end]
-            self._take(buf, i, end)
-            return self._wait(buf, end, limit, out)
-        self._key_chars += buf[i:j]
-        self._take(buf, i, j)
+        j, key = self._name_upto(buf, i, limit, _LT, self._key_chars)
+        if key is None:
+            return self._release(out, j)
+        self._key_chars = key
+        if j == limit:
+            return self._wait(buf, j, limit, out)
         tag = match_tag(buf, j, limit, (self._body.key[1],))
         if tag is _PARTIAL:
             return self._wait(buf, j, limit, out)
-        key = self._key_chars.strip()
-        if tag is None or not key:
-            return self._reject(out, j)
-        self._take(buf, j, j + len(tag))
-        self._key_chars = key
+        self._key_chars = key.strip()
+        if tag is None or not self._key_chars:
+            return self._release(out, j)
         self._state = KV
-        return j + len(tag)
+        return self._take_tag(buf, j, tag)
 
     def _step_kv(self, buf: str, i: int, limit: int, out: list[Segment]) -> int | None:
-        j, cut = self._skip_sep(buf, i, limit)
-        if cut or j == limit:
-            return self._wait(buf, j, limit, out)
-        tag = match_tag(buf, j, limit, (self._body.value[0],))
+        j, tag = self._tag_after_ws(buf, i, limit, (self._body.value[0],))
         if tag is _PARTIAL:
             return self._wait(buf, j, limit, out)
         if tag is None:
-            return self._reject(out, j)
-        self._take(buf, j, j + len(tag))
-        self._value_start = self._size
+            return self._release(out, j)
+        self._value_start = self._size + len(tag)
         self._state = KV_VALUE
-        return j + len(tag)
+        return self._take_tag(buf, j, tag)
 
     def _step_value(self, buf: str, i: int, limit: int, out: list[Segment]) -> int | None:
-        close = (self._body.value[1],)
-        while True:
-            j = buf.find("<", i, limit)
-            if j < 0:
-                self._take(buf, i, limit)
-                return self._wait(buf, limit, limit, out)
-            self._take(buf, i, j)
-            tag = match_tag(buf, j, limit, close)
-            if tag is _PARTIAL:
-                return self._wait(buf, j, limit, out)
-            if tag is None:
-                self._take(buf, j, j + 1)
-                i = j + 1
-                continue
-            self._pend_at = self._size
-            self._pend_escaped = self._escaped
-            self._take(buf, j, j + len(tag))
-            self._state = KV_PEND
-            return j + len(tag)
+        j, tag = self._scan_to_tag(buf, i, limit, (self._body.value[1],))
+        if tag is _PARTIAL:
+            return self._wait(buf, j, limit, out)
+        self._pend_at = self._size
+        self._pend_escaped = self._escaped
+        self._state = KV_PEND
+        return self._take_tag(buf, j, tag)
 
     def _step_pend(self, buf: str, i: int, limit: int, out: list[Segment]) -> int | None:
-        """PEND: the value end counts when the next key or the end of the call follows."""
-        b: KeyValues = self._body  # type: ignore[assignment]
-        j, cut = self._skip_sep(buf, i, limit)
-        if cut or j == limit:
-            return self._wait(buf, j, limit, out)
-        tag = match_tag(buf, j, limit, (b.key[0], b.close, b.open))
+        j, tag = self._tag_after_ws(buf, i, limit, self._pend_tags)
         if tag is _PARTIAL:
             return self._wait(buf, j, limit, out)
         if tag is None:  # part of the value, like the whitespace after it
@@ -1291,17 +1093,13 @@ class KeyValuesLexer(_ParamsLexer):
             self._state = KV_VALUE
             return j
         self._end_pair()
-        if tag == b.open:  # the closer is missing: the next block begins
+        if tag == self._body.open:  # the closer is missing: the next block begins
             return self._close(out, j)
-        self._take(buf, j, j + len(tag))
-        if tag == b.close:
-            return self._close(out, j + len(tag))
-        self._key_chars = ""
-        self._state = KEY
-        return j + len(tag)
+        return self._key_or_close(out, tag, self._take_tag(buf, j, tag))
 
     def _end_pair(self) -> None:
         self._calls[0].params.append(_Param(self._key_chars, self._value_start, self._pend_at))
+        self._key_chars = ""
 
 
 # -- calls named in front of their arguments (Mistral) ---------------------------------------------
@@ -1313,33 +1111,28 @@ _ID_RUN = re.compile(r"[A-Za-z0-9_\-]*")
 
 
 class NamedCallsLexer(BlockLexer):
-    """States, and what moves between them (`open`: `[TOOL_CALLS]`, `args`: `[ARGS]`, `call_id`:
-    `[CALL_ID]`):
-
-        TEXT       --open-->  CALLS  --pad-->  CALLS;  --`[`-->  LIST_OPEN;  --name character-->  NAME
-        LIST_OPEN  --whitespace, then `{`-->  LIST (a JSON list of call objects)
-        NAME       --`{`-->  ARGS (`args` stripped upstream);  --args-->  ARGS_OPEN;  --call_id-->  CALL_ID
-        CALL_ID    --id characters, then args-->  ARGS_OPEN  --whitespace, then `{`-->  ARGS
-        LIST, ARGS --the value closes-->  AFTER (verdict);  --open outside strings-->  TEXT (released)
-        AFTER      --open-->  CALLS;  --name character-->  NAME (the next call)
-        anything else where the table expects something: TEXT (released at once)
-        finish: a block still open is incomplete: text."""
+    """States: CALLS, the pad after `open`, then `[` (LIST_OPEN: whitespace, then `{` begins a
+    list of call objects, LIST) or a name (NAME), which `{` ends (ARGS; `args` stripped upstream),
+    or `args` (ARGS_OPEN: whitespace, then `{`), or `call_id` (CALL_ID: the model's id, then
+    `args`). `open` outside a value's strings cuts it short; at the end of the text a block
+    still open is text."""
 
     _LIVE = True
+    _FIRST = {"open": CALLS}
 
     def _step_table(self) -> dict[str, Step]:
         b: NamedCalls = self._body  # type: ignore[assignment]
         self._scanner = JsonScanner(stops="[")  # a `[` may begin `open`
-        self._pad_run = re.compile(b.pad)
         self._inner = (b.args, b.call_id, b.open)
+        value = self._follow(self._scanner, (b.open,), self._close)
         return {
-            CALLS: self._step_calls,
+            CALLS: self._held(self._after_open, re.compile(b.pad)),
             LIST_OPEN: self._opener("{", LIST, mark=False),  # the list began at its `[`
-            CALL_NAME: self._step_name,
-            CALL_ID: self._step_id,
+            CALL_NAME: self._held(self._after_name, _NAME_RUN, "_name", MAX_CALL_NAME),
+            CALL_ID: self._held(self._inner_tag, _ID_RUN, "_model_id", MAX_ID),
             ARGS_OPEN: self._opener("{", ARGS),
-            LIST: self._step_value,
-            ARGS: self._step_value,
+            LIST: value,
+            ARGS: value,
         }
 
     def _reset_body(self) -> None:
@@ -1348,27 +1141,17 @@ class NamedCallsLexer(BlockLexer):
         self._value_at = 0  # where the JSON value begins in the block
         self._scanner.reset()
 
-    def _begin(self, kind: str) -> None:
-        self._state = CALLS
-
     def _continues(self, c: str) -> str | None:
         return CALL_NAME if _NAME_CHAR.match(c) else None  # v13+: the next name right after a call
 
-    def _step_calls(self, buf: str, i: int, limit: int, out: list[Segment]) -> int | None:
-        """CALLS: the pad after `open` is held; the next character decides."""
-        end = self._pad_run.match(buf, i, self._room(i, len(buf))).end()
-        self._take(buf, i, end)
-        if self._over_cap(out):
-            return end
-        if end == len(buf):
-            return None
+    def _after_open(self, buf: str, end: int, out: list[Segment]) -> int | None:
+        """CALLS, after the pad: `[` begins a list, a name character a call."""
         if buf[end] == "[":
             tag = self._tag(buf, end, (self._body.open,))
             if tag is _PARTIAL:
-                self._tail = buf[end:]
-                return None
+                return self._hold(buf, end)
             if tag is not None:  # `open` twice: the first is text, TEXT reads the second
-                return self._reject(out, end)
+                return self._release(out, end)
             self._value_at = self._size
             self._take(buf, end, end + 1)
             self._scanner.take("[")
@@ -1376,60 +1159,31 @@ class NamedCallsLexer(BlockLexer):
             self._over_cap(out)
             return end + 1
         if not _NAME_CHAR.match(buf, end):  # e.g. the token quoted in prose: shown at once
-            return self._reject(out, end)
+            return self._release(out, end)
         self._state = CALL_NAME
         return end
 
-    def _step_name(self, buf: str, i: int, limit: int, out: list[Segment]) -> int | None:
-        """NAME: name characters, then `{`, `args` or `call_id`."""
-        n = len(buf)
-        end = _NAME_RUN.match(buf, i, min(self._room(i, n), i + MAX_CALL_NAME - len(self._name) + 1)).end()
-        self._take(buf, i, end)
-        self._name += buf[i:end]
-        if self._over_cap(out):
-            return end
-        if len(self._name) > MAX_CALL_NAME:
-            return self._reject(out, end)
-        if end == n:
-            return None
+    def _after_name(self, buf: str, end: int, out: list[Segment]) -> int | None:
+        """NAME, after the name: `{`, `args` or `call_id`."""
         if buf[end] == "{":
             self._value_at = self._size
             self._state = ARGS
             return end
-        return self._inner_tag(buf, end, out, {self._body.args: ARGS_OPEN, self._body.call_id: CALL_ID})
+        return self._inner_tag(buf, end, out)
 
-    def _step_id(self, buf: str, i: int, limit: int, out: list[Segment]) -> int | None:
-        """CALL_ID: the model's id, then `args`."""
-        n = len(buf)
-        end = _ID_RUN.match(buf, i, min(self._room(i, n), i + MAX_ID - len(self._model_id) + 1)).end()
-        self._take(buf, i, end)
-        self._model_id += buf[i:end]
-        if self._over_cap(out):
-            return end
-        if len(self._model_id) > MAX_ID:
-            return self._reject(out, end)
-        if end == n:
-            return None
-        return self._inner_tag(buf, end, out, {self._body.args: ARGS_OPEN})
-
-    def _inner_tag(self, buf: str, i: int, out: list[Segment], moves: dict[str, str]) -> int | None:
-        """At `buf[i]`: a tag of `moves` goes on; anything else is not a call (an `open` here is
-        read again by TEXT)."""
+    def _inner_tag(self, buf: str, i: int, out: list[Segment]) -> int | None:
+        """After the name `args` or `call_id`, after the id `args`; anything else is not a call
+        (an `open` here is read again by TEXT)."""
+        b: NamedCalls = self._body  # type: ignore[assignment]
         tag = self._tag(buf, i, self._inner)
         if tag is _PARTIAL:
-            self._tail = buf[i:]
-            return None
-        if tag not in moves:
-            return self._reject(out, i)
-        end = i + len(tag)
-        self._take(buf, i, end)
+            return self._hold(buf, i)
+        if tag is None or tag == b.open or (tag == b.call_id and self._state == CALL_ID):
+            return self._release(out, i)
+        end = self._take_tag(buf, i, tag)
         if not self._over_cap(out):
-            self._state = moves[tag]
+            self._state = ARGS_OPEN if tag == b.args else CALL_ID
         return end
-
-    def _step_value(self, buf: str, i: int, limit: int, out: list[Segment]) -> int | None:
-        """LIST, ARGS: follow the value to its end; `open` outside strings cuts it short."""
-        return self._follow(buf, i, out, self._scanner, (self._body.open,), self._close)
 
     def _verdict(self, text: str) -> Calls | None:
         value = text[self._value_at :]
@@ -1445,23 +1199,17 @@ PY_OPEN, PY_LIST, TAG_OPEN, TAG_JSON = "py_open", "py_list", "tag_open", "tag_js
 
 
 class LlamaCallsLexer(BlockLexer):
-    """States, and what moves between them:
-
-        TEXT       --function-->  FUNC_NAME  --name characters, then `>` (`">`)-->  FUNC_OPEN
-        FUNC_OPEN  --whitespace, then `{`-->  FUNC_ARGS;  --function_end-->  AFTER (verdict: `{}`)
-        FUNC_ARGS  --the object closes-->  FUNC_END  --whitespace, then function_end-->  AFTER (verdict)
-        FUNC_END   --function opener-->  AFTER (verdict as if closed; AFTER reads the tag)
-        TEXT       --python-->  PY_OPEN  --whitespace, then `[`-->  PY_LIST  --the list closes-->  AFTER
-        TEXT       --tagged-->  TAG_OPEN  --whitespace, then `{`-->  TAG_JSON  --the object closes-->  AFTER
-        AFTER      --`{` after the separator (tagged)-->  TAG_JSON (the next call)
-        START (`bare_json`: Llama 3.x's call objects without the tag, only at the very start of
-               the text, as vLLM reads them)  --whitespace, then `{`-->  TAG_OPEN;  --else-->  TEXT
-        anything else where the table expects something, a value cut short by a tag outside its
-        strings: TEXT (released)
-        finish: FUNC_END gets its verdict as if closed (a half-written end tag goes with it);
-        anything else still open is text."""
+    """States: FUNC_NAME, up to `>` (`">` after the second opener); FUNC_OPEN, whitespace, then
+    `{` (FUNC_ARGS) or `function_end` (a call with `{}`); FUNC_END, whitespace, then
+    `function_end`, or the next function opener (judged as if closed; AFTER reads the tag).
+    PY_OPEN, then PY_LIST; TAG_OPEN, then TAG_JSON, and in AFTER a `{` is the next tagged call.
+    START (`bare_json`): Llama 3.x's call objects without their tag, read only at the very start
+    of the text, as vLLM does: whitespace, then `{` begins a tagged call, else it is text. A
+    value cut short by a tag outside its strings is text; at the end of the text FUNC_END is
+    judged as if closed (a half-written end tag goes with it), any other open block is text."""
 
     _LIVE = True
+    _FIRST = {FUNCTION: FUNC_NAME, NAMED: FUNC_NAME, PYTHON: PY_OPEN, TAGGED: TAG_OPEN}
 
     def __init__(self, spec: Spec, scope: CallScope, *, max_held: int = 1 << 20, bare_json: bool = False) -> None:
         self._bare_json = bare_json
@@ -1472,18 +1220,16 @@ class LlamaCallsLexer(BlockLexer):
         self._json = JsonScanner(stops="<")
         self._python = PythonScanner()
         self._func_cut = (b.function_end, b.function[0])
-        self._py_cut = (b.python[1], b.python[0], b.tagged)
-        self._tag_cut = (b.tagged,) + b.tagged_ends
         return {
             START: self._step_start,
-            FUNC_NAME: self._step_name,
-            FUNC_OPEN: self._step_func_open,
-            FUNC_ARGS: lambda buf, i, limit, out: self._follow(buf, i, out, self._json, self._func_cut, self._value_closed),
-            FUNC_END: self._step_func_end,
+            FUNC_NAME: self._held(self._after_name, _NAME_RUN, "_name", MAX_CALL_NAME),
+            FUNC_OPEN: self._held(self._after_name_tag),
+            FUNC_ARGS: self._follow(self._json, self._func_cut, self._value_closed),
+            FUNC_END: self._held(self._after_args),
             PY_OPEN: self._opener("[", PY_LIST),
-            PY_LIST: lambda buf, i, limit, out: self._follow(buf, i, out, self._python, self._py_cut, self._close),
+            PY_LIST: self._follow(self._python, (b.python[1], b.python[0], b.tagged), self._close),
             TAG_OPEN: self._opener("{", TAG_JSON),
-            TAG_JSON: lambda buf, i, limit, out: self._follow(buf, i, out, self._json, self._tag_cut, self._close),
+            TAG_JSON: self._follow(self._json, (b.tagged,) + b.tagged_ends, self._close),
         }
 
     def _reset(self) -> None:
@@ -1492,119 +1238,80 @@ class LlamaCallsLexer(BlockLexer):
             self._state = START
 
     def _reset_body(self) -> None:
-        self._quoted = False
         self._name = ""
         self._value_at = 0  # where the value begins in the block
         self._value_end = -1  # FUNC_END: where it ended
         self._json.reset()
         self._python.reset()
 
-    def _begin(self, kind: str) -> None:
-        self._quoted = kind == NAMED
-        self._state = {FUNCTION: FUNC_NAME, NAMED: FUNC_NAME, PYTHON: PY_OPEN, TAGGED: TAG_OPEN}[kind]
-
     def _continues(self, c: str) -> str | None:
         # Llama 3.x's calls follow one another after `;` (its template writes `; `), a newline,
         # any whitespace or nothing at all (vLLM PR #49923 skips any run of `; \t\n`).
-        if self._section == TAGGED and c == "{" and self._after_call:
-            return TAG_JSON
-        return None
+        return TAG_JSON if self._section == TAGGED and c == "{" and self._after_call else None
 
     def _separators(self) -> str:
         return self._body.separator if self._section == TAGGED else ""
 
-    def _end_block(self, out: list[Segment]) -> None:
-        if self._state == FUNC_END:  # vLLM and llama.cpp accept a tag left open at the end
-            self._close(out, 0, implied=True)
-        else:
-            self._release(out)
+    def _complete_at_end(self) -> bool:
+        return self._state == FUNC_END
 
     def _step_start(self, buf: str, i: int, limit: int, out: list[Segment]) -> int | None:
         """START: whitespace alone decides nothing; a `{` first is a tagged call without its tag."""
         end = _WS.match(buf, i).end()
         if end == len(buf) and not self._final:
-            self._tail = buf[i:]
-            return None
+            return self._hold(buf, i)
         self._state = TEXT
         if end == len(buf) or buf[end] != "{":  # the text ended, or began otherwise: TEXT reads it
             return i
         self._section = TAGGED
-        self._begin(TAGGED)
+        self._state = TAG_OPEN
         self._take(buf, i, end)
         return end
 
-    def _step_name(self, buf: str, i: int, limit: int, out: list[Segment]) -> int | None:
-        """FUNC_NAME: name characters up to `>`; anything else (a code sample) is text."""
-        n = len(buf)
-        end = _NAME_RUN.match(buf, i, min(self._room(i, n), i + MAX_CALL_NAME - len(self._name) + 1)).end()
-        self._take(buf, i, end)
-        self._name += buf[i:end]
-        if self._over_cap(out):
-            return end
-        if len(self._name) > MAX_CALL_NAME:
-            return self._reject(out, end)
-        if end == n:
-            return None
-        close = '">' if self._quoted else ">"
+    def _after_name(self, buf: str, end: int, out: list[Segment]) -> int | None:
+        """FUNC_NAME, after the name: `>` (`">`); anything else (a code sample) is text."""
+        close = '">' if self._section == NAMED else ">"
         if self._name and buf.startswith(close, end):
-            self._take(buf, end, end + len(close))
             self._state = FUNC_OPEN
-            return end + len(close)
+            return self._take_tag(buf, end, close)
         if self._name and not self._final and close.startswith(buf[end:]):  # `"` at the end: the `>` may follow
-            self._tail = buf[end:]
-            return None
-        return self._reject(out, end)
+            return self._hold(buf, end)
+        return self._release(out, end)
 
-    def _step_func_open(self, buf: str, i: int, limit: int, out: list[Segment]) -> int | None:
-        """FUNC_OPEN: whitespace, then the arguments object or the end tag."""
-        end = _WS.match(buf, i, self._room(i, len(buf))).end()
-        self._take(buf, i, end)
-        if self._over_cap(out):
-            return end
-        if end == len(buf):
-            return None
+    def _after_name_tag(self, buf: str, end: int, out: list[Segment]) -> int | None:
+        """FUNC_OPEN, after whitespace: the arguments object or the end tag."""
         if buf[end] == "{":
             self._state = FUNC_ARGS
             self._value_at = self._size
             return end
         tag = self._tag(buf, end, (self._body.function_end,))
         if tag is _PARTIAL:
-            self._tail = buf[end:]
-            return None
+            return self._hold(buf, end)
         if tag is None:
-            return self._reject(out, end)
-        self._take(buf, end, end + len(tag))
-        return self._close(out, end + len(tag))
+            return self._release(out, end)
+        return self._close(out, self._take_tag(buf, end, tag))
 
     def _value_closed(self, out: list[Segment], j: int) -> int:
         self._state = FUNC_END
         self._value_end = self._size
         return j
 
-    def _step_func_end(self, buf: str, i: int, limit: int, out: list[Segment]) -> int | None:
-        """FUNC_END: whitespace, then the end tag (or the next tag: the end tag is missing)."""
+    def _after_args(self, buf: str, end: int, out: list[Segment]) -> int | None:
+        """FUNC_END, after whitespace: the end tag (or the next tag: the end tag is missing)."""
         b: LlamaCalls = self._body  # type: ignore[assignment]
-        end = _WS.match(buf, i, self._room(i, len(buf))).end()
-        self._take(buf, i, end)
-        if self._over_cap(out):
-            return end
-        if end == len(buf):
-            return None
         tag = match_tag(buf, end, len(buf), self._func_cut)
         if tag is _PARTIAL:
             if not self._final:
-                self._tail = buf[end:]
-                return None
+                return self._hold(buf, end)
             if b.function_end.startswith(buf[end:]):  # a half-written end tag at the end
                 self._take(buf, end, len(buf))
                 self._close(out, len(buf))
                 return None
         if tag == b.function_end:
-            self._take(buf, end, end + len(tag))
-            return self._close(out, end + len(tag))
+            return self._close(out, self._take_tag(buf, end, tag))
         if tag == b.function[0]:  # AFTER reads the next tag
             return self._close(out, end, implied=True)
-        return self._reject(out, end)  # a value followed by prose is not a call
+        return self._release(out, end)  # a value followed by prose is not a call
 
     def _verdict(self, text: str) -> Calls | None:
         state, value = self._state, text[self._value_at :]
@@ -1623,14 +1330,13 @@ class LlamaCallsLexer(BlockLexer):
 
 
 _PY_STOP = re.compile(r"""[\[\](){}'"<]""")
-_IN_SINGLE = re.compile(r"['\\]")
-_IN_DOUBLE = re.compile(r'["\\]')
+_IN_STRING = {"'": re.compile(r"['\\]"), '"': re.compile(r'["\\]')}  # by the open string's quote
 
 
 class PythonScanner:
     """`JsonScanner`'s contract for a Python list: strings (`'`, `"`, triple-quoted), escapes and
     brackets; a `<` outside strings is a STOP. WAIT: a quote at the end of the text may still
-    begin a triple quote."""
+    begin (or end) a triple quote."""
 
     def __init__(self) -> None:
         self.reset()
@@ -1641,48 +1347,33 @@ class PythonScanner:
         self.escape = False
 
     def scan(self, buf: str, pos: int, limit: int, final: bool = False) -> tuple[int, str]:
-        n = len(buf)
         i = pos
         while i < limit:
-            if self.quote:
-                if self.escape:
-                    self.escape = False
-                    i += 1
-                    continue
-                stop = (_IN_SINGLE if self.quote[0] == "'" else _IN_DOUBLE).search(buf, i, limit)
-                if stop is None:
-                    return limit, MORE
-                j = stop.start()
-                if buf[j] == "\\":
-                    self.escape = True
-                    i = j + 1
-                elif len(self.quote) == 1 or buf.startswith(self.quote, j):
-                    i = j + len(self.quote)
-                    self.quote = ""
-                elif not final and n - j < 3 and self.quote.startswith(buf[j:]):
-                    return j, WAIT
-                else:  # a lone quote inside a triple-quoted string
-                    i = j + 1
+            if self.escape:  # the escaped character, whatever it is
+                self.escape = False
+                i += 1
                 continue
-            stop = _PY_STOP.search(buf, i, limit)
+            stop = (_IN_STRING[self.quote[0]] if self.quote else _PY_STOP).search(buf, i, limit)
             if stop is None:
                 return limit, MORE
             j = stop.start()
             c = buf[j]
-            if c == "<":
-                return j, STOP
-            if c in "'\"":
-                if buf.startswith(c * 3, j):
-                    self.quote = c * 3
-                elif not final and n - j < 3 and (c * 3).startswith(buf[j:]):
-                    return j, WAIT
-                else:
-                    self.quote = c
-                i = j + len(self.quote)
-                continue
-            if self.take(c):
-                return j + 1, CLOSED
             i = j + 1
+            if c == "\\":  # found inside strings only
+                self.escape = True
+            elif c in "'\"":  # inside a string, only its own quote is found
+                if self.quote and (len(self.quote) == 1 or buf.startswith(self.quote, j)):
+                    i = j + len(self.quote)
+                    self.quote = ""
+                elif not final and len(buf) - j < 3 and (c * 3).startswith(buf[j:]):
+                    return j, WAIT
+                elif not self.quote:  # (else a lone quote inside a triple-quoted string)
+                    self.quote = c * 3 if buf.startswith(c * 3, j) else c
+                    i = j + len(self.quote)
+            elif c == "<":
+                return j, STOP
+            elif self.take(c):
+                return i, CLOSED
         return i, MORE  # `i` may pass `limit` by the rest of a triple quote
 
     def take(self, c: str) -> bool:
