@@ -204,6 +204,31 @@ def test_a_copy_that_disagrees_with_the_deltas_passes_unchanged_with_one_note():
     assert len(rewriter.stats.notes) == 1
 
 
+def odd(events: list[dict], etype: str, change) -> list[dict]:
+    for e in events:
+        if e["type"] == etype:
+            change(e)
+    return events
+
+
+@pytest.mark.parametrize("change", [
+    lambda es: odd(es, "response.function_call_arguments.delta", lambda e: e.pop("delta")),
+    lambda es: odd(es, "response.function_call_arguments.delta", lambda e: e.update(delta={"limit": "5"})),
+    lambda es: odd(es, "response.function_call_arguments.done", lambda e: e.update(arguments=7)),
+    lambda es: odd(es, "response.function_call_arguments.done", lambda e: e.pop("arguments")),
+    lambda es: odd(es, "response.output_item.done", lambda e: e["item"].update(arguments=None)),
+    lambda es: odd(es, "response.output_item.added", lambda e: e["item"].update(name=None, id=None, arguments={"limit": "5"})),
+    lambda es: odd(es, "response.function_call_arguments.delta", lambda e: e.pop("item_id")),
+    lambda es: odd(es, "response.function_call_arguments.delta", lambda e: e.update(item_id="fc_other")),
+    lambda es: [e for e in es if e["type"] != "response.function_call_arguments.done"],
+    lambda es: [e for e in es if e["type"] != "response.output_item.done"],
+    lambda es: odd(es, "response.completed", lambda e: e["response"].update(output="x")),
+])
+def test_odd_shapes_raise_nothing(change):
+    events = change(native_events(['{"limit": "', '5"}'], text_before="Hi."))
+    rewrite(b"".join(b"data: " + json.dumps(e).encode() + b"\n\n" for e in events))  # (asserts no failure)
+
+
 # -- counted and annotated like Chat's -----------------------------------------------------------
 
 
