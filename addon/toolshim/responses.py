@@ -24,11 +24,12 @@ Text channels are `output_text` parts of messages and `reasoning_text` parts of 
 items. Summaries, refusals and every other event pass through, renumbered.
 
 Upstream's own `function_call` items pass through too, their arguments typed by the tool's
-schema as they stream (native.py `ArgumentTyping`, as on the other APIs): a delta holding a
-stringified value the schema types otherwise goes out empty (numbering, and so every later
-event's bytes, stay upstream's) and the value goes, typed, with the delta that closes it; `null`
-or empty arguments become `{}`, arguments sent as a JSON object a string. `.done`,
-`output_item.done` and the terminal event's list get the arguments the deltas gave (`NativeCall`).
+schema as they stream (native.py `ArgumentTyping`, as on the other APIs): a stringified value
+the schema types otherwise is held from its opening quote and sent, typed, with the delta that
+closes it; a delta goes out without what is held, empty if nothing is left (never dropped: the
+numbering, and so every later event's bytes, stay upstream's). `null` or empty arguments become
+`{}`, arguments sent as a JSON object its text. `.done`, `output_item.done` and the terminal
+event's list get the arguments the deltas gave (`NativeCall`).
 """
 
 from __future__ import annotations
