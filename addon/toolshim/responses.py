@@ -22,10 +22,19 @@ Rules the real clients enforce (DESIGN.md, research/wire.md section 2):
 
 Text channels are `output_text` parts of messages and `reasoning_text` parts of reasoning
 items. Summaries, refusals and every other event pass through, renumbered.
+
+Upstream's own `function_call` items pass through too, their arguments typed by the tool's
+schema as they stream (native.py `ArgumentTyping`, as on the other APIs): a stringified value
+the schema types otherwise is held from its opening quote and sent, typed, with the delta that
+closes it; a delta goes out without what is held, empty if nothing is left (never dropped: the
+numbering, and so every later event's bytes, stay upstream's). `null` or empty arguments become
+`{}`, arguments sent as a JSON object its text. `.done`, `output_item.done` and the terminal
+event's list get the arguments the deltas gave (`NativeCall`).
 """
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -33,8 +42,9 @@ from typing import Any
 
 import orjson
 
-from .calls import CallScope, RewriteStats, random_id
+from .calls import MAX_NOTES, CallScope, RewriteStats, random_id
 from .lexers import ScopeLexers
+from .native import EMPTY_ARGUMENTS, OBJECT_ARGUMENTS, ArgumentTyping
 from .lexers.base import CallArgs, CallBegin, CallEnd, ChainLexer, Lexer, ReasoningEnd, ReasoningText, Segment, Text, TextPieces
 from .sse import encode_event, parse_block, read_event
 from .stream import _CARRIED_FIELD, Contribution, SseRewriter, live_path, markup_may_start, string_spans, unwind
@@ -52,6 +62,8 @@ PART_ADDED = ("response.content_part.added", "response.reasoning_part.added")
 PART_DONE = ("response.content_part.done", "response.reasoning_part.done")
 # Events held until their item's first text and then sent as they came (`_announce`).
 _SENT_LATER = ("response.output_item.added", *PART_ADDED)
+ARGUMENTS_DELTA, ARGUMENTS_DONE = "response.function_call_arguments.delta", "response.function_call_arguments.done"
+_JSON_WHITESPACE = " \t\r\n"
 
 
 def default_part(kind: str) -> dict[str, Any]:
@@ -146,6 +158,35 @@ class OpenCall:
     arguments: TextPieces = field(default_factory=TextPieces)
 
 
+@dataclass(slots=True)
+class NativeCall:
+    """One of upstream's own function_call items, its arguments typed as they stream.
+
+    Until its first full copy of the arguments (`.done`, else `output_item.done`, else the
+    response's end) the pieces are typed one by one; then the call is settled: what typing held
+    goes out as one more delta, and `resolved` is what the client was sent. A copy that says
+    the same as upstream's pieces (`baseline`), as text or as a value, is given `resolved`; a
+    copy that says something else is upstream's own disagreement: passed on, noted once."""
+
+    index: int  # upstream's output_index
+    id: str | None  # the item's `fc_…` id
+    call_id: str | None
+    typing: ArgumentTyping | None  # None once settled
+    received: TextPieces = field(default_factory=TextPieces)  # upstream's pieces, as text
+    sent: TextPieces = field(default_factory=TextPieces)  # ours
+    streamed: bool = False  # pieces came (deltas, or arguments on the added item)
+    visible: bool = False  # something besides whitespace was sent
+    object_counted: bool = False
+    settled: bool = False
+    baseline: str | None = None  # upstream's whole arguments, once settled
+    resolved: str | None = None  # ours (None: left as upstream sent them)
+    noted: bool = False
+
+    @property
+    def repaired(self) -> bool:
+        return self.resolved is not None and (self.resolved != self.baseline or self.object_counted)
+
+
 class ResponsesRewriter:
     """The event-level rewrite of one response (sans-IO: dicts in, dicts or raw bytes out)."""
 
@@ -174,6 +215,9 @@ class ResponsesRewriter:
         # The status a call gets when its end is its text's end; None: its item's, once known.
         self._closing_status: str | None = "completed"
         self._terminal_seen = False
+        # Upstream's own function_call items (typed by schema), by upstream output_index and id.
+        self._natives: dict[int, NativeCall] = {}
+        self._natives_by_id: dict[str, NativeCall] = {}
         # What the lexer of the next text delta made of its text already (a lane fed it), and
         # what the last text delta's lexer gave (a lane may follow it).
         self.lexed: list[Segment] | None = None
@@ -194,6 +238,8 @@ class ResponsesRewriter:
             self._on_item_added(incoming, out)
         elif kind == "response.output_item.done" and isinstance(event.get("item"), dict):
             self._on_item_done(incoming, out)
+        elif self._natives and kind in (ARGUMENTS_DELTA, ARGUMENTS_DONE) and (call := self._native_of(event)) is not None:
+            self._on_native_arguments(call, incoming, out)
         elif (source := self._source_of(event)) is None:
             out.append(self._retarget(incoming))
         elif kind in PART_ADDED:
@@ -240,6 +286,8 @@ class ResponsesRewriter:
         out: list[Outgoing] = []
         if not self._terminal_seen:
             self._finish_lexers(out, status="incomplete")
+            for call in self._natives.values():
+                self._settle_native(call, None, False, out)
         return [self._numbered(o) for o in out]
 
     def done_items(self) -> list[dict[str, Any]]:
@@ -262,6 +310,8 @@ class ResponsesRewriter:
             self._next_index += 1
         if item.get("type") == FUNCTION_CALL:
             self._dialects.scope.note_upstream_call()
+            if type(upstream_index) is int:
+                incoming = self._start_native(incoming, upstream_index)
         out.append(self._retarget(incoming))
 
     def _on_item_done(self, incoming: Outgoing, out: list[Outgoing]) -> None:
@@ -269,6 +319,13 @@ class ResponsesRewriter:
         upstream_item = event["item"]
         source = self._sources.get(event.get("output_index"))
         if source is None or source.id != upstream_item.get("id"):
+            call = self._native_of({"item_id": upstream_item.get("id"), "output_index": event.get("output_index")}) if self._natives else None
+            if call is not None and "arguments" in upstream_item:
+                self._settle_native(call, upstream_item["arguments"], True, out)
+                arguments = self._native_copy(call, upstream_item["arguments"])
+                if arguments is not upstream_item["arguments"]:
+                    upstream_item = {**upstream_item, "arguments": arguments}
+                    incoming = Outgoing({**event, "item": upstream_item}, incoming.name)
             index = self._index_map.get(event.get("output_index"))
             if index is not None:
                 self._done_items.append((index, upstream_item))
@@ -595,6 +652,158 @@ class ResponsesRewriter:
         self._done_items.append((call.index, item))
         call.source.produced.append(item)
 
+    # -- upstream's own calls --------------------------------------------------------------------
+
+    def _native_of(self, event: dict[str, Any]) -> NativeCall | None:
+        """The native call an event names: by `item_id`, else by `output_index`."""
+        item_id = event.get("item_id")
+        if isinstance(item_id, str):
+            return self._natives_by_id.get(item_id)
+        index = event.get("output_index")
+        return self._natives.get(index) if type(index) is int else None
+
+    def _start_native(self, incoming: Outgoing, upstream_index: int) -> Outgoing:
+        """A function_call item of upstream's is announced: its arguments will be typed by its
+        tool's schema (by none when the tool has no properties: `null` still becomes `{}`)."""
+        item = incoming.event["item"]
+        repairs = self.stats.stream_repairs
+        spec = self._dialects.scope.tools.get(item["name"]) if isinstance(item.get("name"), str) else None
+        typing = ArgumentTyping.for_tool(spec, repairs) or ArgumentTyping({}, repairs)
+        item_id, call_id = item.get("id"), item.get("call_id")
+        call = NativeCall(upstream_index, item_id if isinstance(item_id, str) else None, call_id if isinstance(call_id, str) else None, typing)
+        self._natives[upstream_index] = call
+        if call.id is not None:
+            self._natives_by_id[call.id] = call
+        given = item.get("arguments")
+        if given is None or given == "":
+            return incoming
+        piece = self._native_piece(call, given)
+        if piece is None:
+            return incoming
+        typed = self._native_feed(call, piece)
+        return incoming if typed == given else Outgoing({**incoming.event, "item": {**item, "arguments": typed}}, incoming.name)
+
+    def _on_native_arguments(self, call: NativeCall, incoming: Outgoing, out: list[Outgoing]) -> None:
+        event = incoming.event
+        if event["type"] == ARGUMENTS_DELTA:
+            delta = event.get("delta")
+            piece = None if call.settled else self._native_piece(call, delta)
+            if piece is not None:
+                typed = self._native_feed(call, piece)
+                if typed != delta:
+                    incoming = Outgoing({**event, "delta": typed}, incoming.name)
+            out.append(self._retarget(incoming))
+            return
+        given = event.get("arguments")
+        self._settle_native(call, given, "arguments" in event, out)
+        if "arguments" in event:
+            arguments = self._native_copy(call, given)
+            if arguments is not given:
+                incoming = Outgoing({**event, "arguments": arguments}, incoming.name)
+        out.append(self._retarget(incoming))
+
+    def _native_piece(self, call: NativeCall, value: Any) -> str | None:
+        """Upstream's arguments (or a piece of them) as text; None, noted, when they are no text
+        and no JSON object or array."""
+        if isinstance(value, str):
+            return value
+        if isinstance(value, (dict, list)):
+            if not call.object_counted:
+                call.object_counted = True
+                self.stats.stream_repairs[OBJECT_ARGUMENTS] += 1
+            return json.dumps(value, ensure_ascii=False)
+        self._note_native(call, f"arguments of type {type(value).__name__}")
+        return None
+
+    def _native_feed(self, call: NativeCall, piece: str) -> str:
+        call.streamed = True
+        call.received.append(piece)
+        typed = call.typing.feed(piece) if call.typing is not None else piece
+        call.sent.append(typed)
+        if typed.strip(_JSON_WHITESPACE):
+            call.visible = True
+        return typed
+
+    def _settle_native(self, call: NativeCall, given: Any, known: bool, out: list[Outgoing]) -> None:
+        """The call's arguments are over (`given`: upstream's first full copy, when `known`):
+        what typing held goes out as one more delta, and what the client got is known. A call
+        that streamed no pieces waits for a copy, and gets a delta only when its arguments
+        change (its deltas then agree with the copies)."""
+        if call.settled or not (call.streamed or known):
+            return
+        call.settled = True
+        typing, call.typing = call.typing, None
+        assert typing is not None  # set until settled
+        if call.streamed:
+            call.baseline = call.received.text()
+            tail = typing.finish()
+            empty = typing.null or not call.visible and not tail.strip(_JSON_WHITESPACE)
+            if empty:
+                tail = "{}"
+            call.sent.append(tail)
+            resolved = call.sent.text()
+        else:
+            text = "" if given is None else self._native_piece(call, given)
+            if text is None:
+                return  # left as upstream sent it (noted)
+            call.baseline = text
+            typed = typing.feed(text) + typing.finish()
+            empty = typing.null or not typed.strip(_JSON_WHITESPACE)
+            resolved = "{}" if empty else typed
+            tail = resolved if resolved != text or call.object_counted else ""
+        if empty:
+            self.stats.stream_repairs[EMPTY_ARGUMENTS] += 1
+        if tail:
+            delta = {"type": ARGUMENTS_DELTA, "item_id": call.id, "output_index": call.index, "delta": tail}
+            out.append(self._retarget(self._new({k: v for k, v in delta.items() if v is not None})))
+        call.resolved = resolved
+
+    def _native_copy(self, call: NativeCall, given: Any) -> Any:
+        """A full copy of a settled call's arguments, as the client is to get it."""
+        if call.resolved is None or isinstance(given, str) and (given == call.resolved or not call.repaired):
+            return given
+        baseline = call.baseline
+        if given == baseline or given is None and baseline == "" or _same_json(given, baseline):
+            if not isinstance(given, str) and given is not None and not call.object_counted:
+                call.object_counted = True
+                self.stats.stream_repairs[OBJECT_ARGUMENTS] += 1
+            return call.resolved
+        self._note_native(call, "a copy of its arguments disagrees with the pieces streamed")
+        return given
+
+    def _listed_arguments(self, call: NativeCall, listed: Any) -> tuple[Any, bool]:
+        """The call's arguments in the terminal event's list, and whether it lists them."""
+        for item in listed if isinstance(listed, list) else ():
+            if isinstance(item, dict) and item.get("type") == FUNCTION_CALL and "arguments" in item and self._native_of_item(item) is call:
+                return item["arguments"], True
+        return None, False
+
+    def _native_of_item(self, item: dict[str, Any]) -> NativeCall | None:
+        item_id, call_id = item.get("id"), item.get("call_id")
+        if isinstance(item_id, str) and item_id in self._natives_by_id:
+            return self._natives_by_id[item_id]
+        if isinstance(call_id, str):  # an upstream that mints new item ids for its terminal list
+            return next((call for call in self._natives.values() if call.call_id == call_id), None)
+        return None
+
+    def _typed_native_items(self, items: list[Any]) -> list[Any] | None:
+        """`items` with the arguments of upstream's repaired calls as sent; None: none changed."""
+        typed, changed = [], False
+        for item in items:
+            call = self._native_of_item(item) if isinstance(item, dict) and item.get("type") == FUNCTION_CALL and "arguments" in item else None
+            if call is not None and call.settled:
+                arguments = self._native_copy(call, item["arguments"])
+                if arguments is not item["arguments"]:
+                    item, changed = {**item, "arguments": arguments}, True
+            typed.append(item)
+        return typed if changed else None
+
+    def _note_native(self, call: NativeCall, detail: str) -> None:
+        """Upstream's call is left as it came: one log line (the addon logs the notes)."""
+        if not call.noted and len(self.stats.notes) < MAX_NOTES:
+            self.stats.notes.append(f"upstream function_call {call.id or call.call_id}: {detail}; passed on as it came")
+        call.noted = True
+
     # -- the terminal event ----------------------------------------------------------------------
 
     def _on_terminal(self, incoming: Outgoing, out: list[Outgoing]) -> None:
@@ -602,9 +811,14 @@ class ResponsesRewriter:
         self._terminal_seen = True
         event = incoming.event
         response = event["response"]
+        listed = response.get("output")
+        for call in self._natives.values():
+            self._settle_native(call, *self._listed_arguments(call, listed), out)
         if self._required_action and self.stats.calls and event["type"] == "response.completed":
             out.append(self._new(self._required_action_event(response)))
-        output = self._final_output(response.get("output"))
+        output = self._final_output(listed)
+        if self._natives and isinstance(listed, list):
+            output = self._typed_native_items(listed if output is None else output) or output
         if output is None:
             out.append(self._retarget(incoming))
         else:
@@ -688,6 +902,17 @@ class ResponsesRewriter:
             outgoing.event = {**outgoing.event, "sequence_number": seq}
             outgoing.raw = None
         return outgoing
+
+
+def _same_json(given: Any, text: str | None) -> bool:
+    """Does `given` (text or a parsed value) hold the same JSON value as `text`?"""
+    if text is None:
+        return False
+    try:
+        value = orjson.loads(given) if isinstance(given, str) else given
+        return value == orjson.loads(text)
+    except ValueError:
+        return False
 
 
 def arguments_delta(call: OpenCall, text: str) -> dict[str, Any]:
