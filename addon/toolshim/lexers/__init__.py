@@ -172,7 +172,8 @@ class ScopeLexers:
         pairs = dict(pair for d in self._dialects for pair in d.reasoning_tags)
         # A family whose template may have opened the block (the request did not say) may write a
         # bare closer: watched for up to the first call marker (see ThinkLexer).
-        bare_close = self._call_starts if self.may_be_preopened and preopened else None
+        # (No call can begin without declared tools: nothing ends the watch early then.)
+        bare_close = (self._call_starts if self.scope.tools else ()) if self.may_be_preopened and preopened else None
         think = ThinkLexer(preopened=self.preopened and preopened and not started, tool_starts=tool_starts, started=started, pairs=pairs, bare_close=bare_close)
         self._watched(think)
         return ReasoningSplit(think, self._calls(reasoning=True, tags_only=True), self._calls(reasoning=False))

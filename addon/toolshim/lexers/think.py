@@ -53,6 +53,7 @@ _THOUGHT_KEEPS = {"[THINK]": ("[TOOL_CALLS]",)}
 _CLOSE_MARKERS = tuple(Marker(t, CLOSE) for t in _PAIRS.values())
 
 START, CONTENT, THINK, WATCH = "start", "content", "think", "watch"
+_BARE_CLOSER = "</think>"  # WATCH's: the families that may leave the block open all close it so
 
 
 class ThinkLexer(Reporting):
@@ -69,8 +70,7 @@ class ThinkLexer(Reporting):
         self._pairs = {**_PAIRS, **pairs} if pairs else _PAIRS
         closers = tuple(Marker(t, CLOSE) for t in self._pairs.values()) if pairs else _CLOSE_MARKERS
         self._think_markers = closers + tuple(Marker(t, TOOLS) for t in tool_starts)
-        # The families that may leave the block open all close it with `</think>` (backends.py).
-        self._watch_markers = None if bare_close is None else (Marker("</think>", CLOSE),) + tuple(Marker(t, STOP) for t in bare_close)
+        self._watch_markers = None if bare_close is None else (Marker(_BARE_CLOSER, CLOSE),) + tuple(Marker(t, STOP) for t in bare_close)
         after_start = CONTENT if bare_close is None else WATCH
         self._start = THINK if preopened else after_start if started else START  # started: content was sent before
         self._markers_in = {tag: tuple(m for m in self._think_markers if m.kind != TOOLS or m.text not in kept) for tag, kept in _THOUGHT_KEEPS.items()}
