@@ -180,3 +180,20 @@ def test_a_stream_with_markup_turned_into_calls_is_changed():
     rewriter = ChatStreamRewriter(RequestContext.from_body(b'{"model": "k2"}'))
     assert feed_in_pieces(rewriter, body, 5) != body
     assert rewriter.changed
+
+
+def test_an_event_placed_by_a_list_counts_as_changed_without_failing_the_rewrite():
+    """Found by a helper: an `item_id` that is a list made the echo check raise once the bytes
+    had parted; the rewrite then failed open. Now it only decides `changed`."""
+    from responses import responses_events, responses_sse
+
+    from toolshim.responses import ResponsesStreamRewriter
+    from toolshim.tools import RequestContext
+
+    events = responses_events("qwen3", ["Hi <", "tool"])
+    odd = {"type": "response.refusal.delta", "item_id": [1], "output_index": 0, "content_index": 0, "delta": "no"}
+    body = responses_sse(events[:-1] + [odd] + events[-1:])
+    rewriter = ResponsesStreamRewriter(RequestContext.from_body(b'{"model": "qwen3", "tools": [{"type": "function", "name": "f"}]}'))
+    out = feed_in_pieces(rewriter, body, len(body))
+    assert rewriter.failure is None
+    assert b'"item_id":[1]' in out and rewriter.changed

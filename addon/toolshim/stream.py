@@ -610,11 +610,14 @@ class EchoCheck:
         if self._assembly is None:
             self._assembly = Assembly(self.MAX_HELD)
         known, telltales = self._assembly.keys, self._telltales
-        if any(key is None or (key[0] in telltales and key not in known and telltales[key[0]] not in unsent) for key, _, _ in ours):
-            self._differs()
-            return
-        theirs = self._read(unsent)
-        if theirs is None or not self._assembly.add(True, theirs) or not self._assembly.add(False, ours):
+        try:
+            if any(key is None or (key[0] in telltales and key not in known and telltales[key[0]] not in unsent) for key, _, _ in ours):
+                self._differs()
+                return
+            theirs = self._read(unsent)
+            if theirs is None or not self._assembly.add(True, theirs) or not self._assembly.add(False, ours):
+                self._differs()
+        except TypeError:  # a key holding what is no key (an `item_id` that is a list): no telling
             self._differs()
 
     def _read(self, data: bytes) -> list[Contribution] | None:
