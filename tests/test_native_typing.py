@@ -43,9 +43,10 @@ def test_stringified_values_are_sent_as_what_the_schema_types():
     assert rewriter.stats.stream_repairs["typed_value"] == 4
 
 
+@pytest.mark.parametrize("name", ["search", "undeclared_tool"])  # with a schema, and with none
 @pytest.mark.parametrize("arguments", [["null"], ["nu", "ll"], [], [""], ["  "]])
-def test_null_or_empty_arguments_become_an_empty_object(arguments):
-    result, rewriter = rewritten(native_stream(arguments))
+def test_null_or_empty_arguments_become_an_empty_object(arguments, name):
+    result, rewriter = rewritten(native_stream(arguments, name))
     assert result["tool_calls"][0]["arguments"].strip() == "{}"
     assert rewriter.stats.stream_repairs["empty_arguments"] == 1
 

@@ -454,12 +454,14 @@ class ArgumentTyping:
         self._maybe_null: str | None = None  # the start of the arguments, while it may spell null
 
     @classmethod
-    def for_tool(cls, spec: ToolSpec | None, repairs: Counter[str]) -> ArgumentTyping | None:
+    def for_tool(cls, spec: ToolSpec | None, repairs: Counter[str]) -> ArgumentTyping:
+        """The typing of a call to `spec` (undeclared, or without properties: nothing is typed,
+        but `null` arguments still become `{}`, on every API alike)."""
         properties = spec.parameters.get("properties") if spec is not None and isinstance(spec.parameters, dict) else None
         if not isinstance(properties, dict):
-            return None
+            return cls({}, repairs)
         typed = {name: schema for name, schema in properties.items() if isinstance(schema, dict) and (types := schema_types(schema)) and "string" not in types}
-        return cls(typed, repairs) if typed else cls({}, repairs)
+        return cls(typed, repairs)
 
     @property
     def held(self) -> bool:

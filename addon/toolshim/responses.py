@@ -668,7 +668,7 @@ class ResponsesRewriter:
         item = incoming.event["item"]
         repairs = self.stats.stream_repairs
         spec = self._dialects.scope.tools.get(item["name"]) if isinstance(item.get("name"), str) else None
-        typing = ArgumentTyping.for_tool(spec, repairs) or ArgumentTyping({}, repairs)
+        typing = ArgumentTyping.for_tool(spec, repairs)
         item_id, call_id = item.get("id"), item.get("call_id")
         call = NativeCall(upstream_index, item_id if isinstance(item_id, str) else None, call_id if isinstance(call_id, str) else None, typing)
         self._natives[upstream_index] = call
