@@ -76,3 +76,23 @@ def test_the_same_however_the_stream_is_cut(cuts):
     points = sorted({c % len(body) for c in cuts} - {0})
     pieces = [body[a:b] for a, b in zip([0, *points], [*points, len(body)])]
     assert rewritten(body, pieces)[0]["tool_calls"] == rewritten(body)[0]["tool_calls"]
+
+
+def test_a_whole_chat_body_is_typed_as_a_stream_is():
+    from toolshim.chat import rewrite_chat_completion
+
+    context = RequestContext.from_request({"model": "qwen3", "tools": [SEARCH]})
+    calls = [
+        {"id": "call_1", "type": "function", "function": {"name": "search", "arguments": '{"query": "42", "limit": "5"}'}},
+        {"id": "call_2", "type": "function", "function": {"name": "undeclared", "arguments": None}},
+        {"id": "call_3", "type": "function", "function": {"name": "search", "arguments": {"query": "x"}}},
+    ]
+    body = {"choices": [{"index": 0, "message": {"role": "assistant", "content": None, "tool_calls": calls}, "finish_reason": "tool_calls"}]}
+    stats = rewrite_chat_completion(body, context)
+    got = [c["function"]["arguments"] for c in body["choices"][0]["message"]["tool_calls"]]
+    assert [json.loads(a) for a in got] == [{"query": "42", "limit": 5}, {}, {"query": "x"}]
+    assert isinstance(got[2], str)
+    assert stats.stream_repairs == {"typed_value": 1, "empty_arguments": 1, "object_arguments": 1}
+    # a body whose calls fit passes untouched
+    fine = {"choices": [{"index": 0, "message": {"role": "assistant", "content": None, "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "search", "arguments": '{"limit": 5}'}}]}, "finish_reason": "tool_calls"}]}
+    assert rewrite_chat_completion(fine, context) is None

@@ -17,7 +17,7 @@ import orjson
 from .calls import INVALID_JSON, STRICT_FAILURE, CallScope, RewriteStats
 from .lexers import ScopeLexers, reads_the_start
 from .lexers.base import CallArgs, CallBegin, CallEnd, Lexer, ReasoningEnd, ReasoningText, Segment, Text
-from .native import NativeCalls
+from .native import EMPTY_ARGUMENTS, OBJECT_ARGUMENTS, ArgumentTyping, NativeCalls
 from .sse import encode_event, is_one_data_line, parse_block
 from .stream import Contribution, Frame, SseRewriter, live_path, markup_may_start, plain_body, quiet_lane, string_spans, unwind
 from .tools import RequestContext
@@ -673,6 +673,7 @@ def rewrite_chat_completion(
             continue
         message = choice["message"]
         state = ChoiceRewriter(context, stats, max_held=max_held)
+        changed = _type_native_calls(message, context, stats) or changed
         if isinstance(message.get("tool_calls"), list):
             # Upstream's own calls are listed first; with parallel_tool_calls false none of ours
             # may follow, as when streamed (fuzzing found a second call made here).
@@ -716,6 +717,33 @@ def rewrite_chat_completion(
                 choice["finish_reason"] = "tool_calls"
                 stats.finish_reasons_changed += 1
     return stats if changed else None
+
+
+def _type_native_calls(message: dict[str, Any], context: RequestContext, stats: RewriteStats) -> bool:
+    """Upstream's own calls in a whole message, typed as when streamed (`ArgumentTyping`): a
+    stringified value the schema types otherwise, `null` or empty arguments (`{}`), arguments
+    sent as a JSON value rather than its text. Did anything change?"""
+    changed = False
+    for call in message.get("tool_calls") or ():
+        function = call.get("function") if isinstance(call, dict) else None
+        if not isinstance(function, dict):
+            continue
+        arguments = function.get("arguments")
+        if isinstance(arguments, (dict, list)):
+            stats.stream_repairs[OBJECT_ARGUMENTS] += 1
+            arguments = function["arguments"] = orjson.dumps(arguments).decode()
+            changed = True
+        if arguments is not None and not isinstance(arguments, str):
+            continue  # no telling what a client makes of it: as it came
+        typing = ArgumentTyping.for_tool(context.tools.get(function.get("name") or ""), stats.stream_repairs)
+        typed = typing.feed(arguments or "") + typing.finish()
+        if typing.null or not typed.strip(" \t\r\n"):
+            stats.stream_repairs[EMPTY_ARGUMENTS] += 1
+            typed = "{}"
+        if typed != arguments:
+            function["arguments"] = typed
+            changed = True
+    return changed
 
 
 def _add_extensions(body: dict[str, Any], parts: list[Part]) -> None:
