@@ -573,8 +573,9 @@ def test_harmony_recipient_at_the_start_on_the_analysis_channel_is_a_call():
 
 
 def test_harmony_call_on_the_analysis_channel():
-    # vLLM's Harmony parsing (`parse_output_message`) makes any message whose recipient starts
-    # with `functions.` a function call, whatever its channel; gpt-oss writes some on `analysis`.
+    # vLLM's `openai` tool parser (tool_parsers/openai_tool_parser.py, checked) makes every parsed
+    # message whose recipient starts with `functions.` a call, without looking at its channel;
+    # gpt-oss writes some on `analysis`.
     text = '<|channel|>analysis<|message|>Need the weather.<|end|><|start|>assistant<|channel|>analysis to=functions.get_weather <|constrain|>json<|message|>{"city": "Oslo"}<|call|>'
     assert_every_split(text, [ReasoningText("Need the weather.")] + call("get_weather", '{"city": "Oslo"}'), harmony)
 

@@ -10,7 +10,9 @@ the model guessed (DeepSeek DSML's `string="true"|"false"`). The rule, one for a
   the schema wins over `string="true"`;
 * where a string fits, the text stays a string: `null`, `true`, `42` are the model's words
   (vLLM's Qwen3-Coder parser keeps string-typed text as is); `null` is None only where null is
-  allowed (or string is not: vLLM reads `null` so for any non-string type);
+  allowed or string is not. Here the issue decides against vLLM, whose `_convert_param_value`
+  (qwen3coder_tool_parser.py, checked) returns None for `null` before it looks at the type, a
+  string-typed parameter included;
 * `anyOf` / `oneOf` / a list of types: their union (vLLM PR #32342 for MiniMax's `anyOf` with null);
 * no schema for the parameter (none given, no type, or a property the tool does not declare): a
   string, as vLLM's Qwen3-Coder, Seed-OSS and MiniMax parsers do (GLM's decodes JSON there; here
