@@ -116,9 +116,8 @@ def test_peer_sample_harmony_every_split():
     assert_every_split(HARMONY, expected, harmony)
 
 
-def test_peer_sample_harmony_stripped_every_split_behind_the_flag():
-    assert_every_split(HARMONY_STRIPPED, call("get_weather", '{"city":"Paris"}'), harmony, stripped=True)
-    assert lex(HARMONY_STRIPPED, harmony) == [Text(HARMONY_STRIPPED)]  # off by default: a guess
+def test_peer_sample_harmony_stripped_is_text():
+    assert lex(HARMONY_STRIPPED, harmony) == [Text(HARMONY_STRIPPED)]  # not read: a guess (README, Dialects)
 
 
 # -- DeepSeek: spellings ----------------------------------------------------------------------------
@@ -467,45 +466,6 @@ def test_harmony_finish_leaves_the_lexer_reusable():
     assert merge(run(lexer, ["<|channel|>final<|message|>y"])) == [ReasoningEnd(), Text("y")]
 
 
-# -- Harmony: the stripped form (behind its flag) -------------------------------------------------
-
-
-def test_stripped_role_header_form_with_name_glued_to_commentary():
-    text = 'analysisI think.assistant to=functions.get_weathercommentary json{"city": "Rome"} ok'
-    expected = [Text("analysisI think.")] + call("get_weather", '{"city": "Rome"}') + [Text(" ok")]
-    assert_every_split(text, expected, harmony, stripped=True)
-
-
-def test_stripped_channel_form_after_analysis_and_braces_in_strings():
-    text = 'analysisPlan.assistantcommentary to=functions.foo json{"a": "}{\\"", "b": {"c": [1]}}'
-    assert_every_split(text, [Text("analysisPlan.")] + call("foo", '{"a": "}{\\"", "b": {"c": [1]}}'), harmony, stripped=True)
-
-
-@pytest.mark.parametrize(
-    "text",
-    [
-        "Use commentary to=functions.get_weather with a city.",  # prose about the syntax
-        'commentary to=functions.rm_rf json{"path": "/"}',  # undeclared
-        'commentary to=functions.get_weather json{"city": "Par',  # cut off
-        "the assistant to=functions. Okay",
-    ],
-)
-def test_stripped_lookalikes_stay_text(text):
-    assert_every_split(text, [Text(text)], harmony, stripped=True)
-
-
-def test_stripped_strict_tool_is_validated():
-    bad = 'commentary to=functions.strict_weather json{"city": 1}'
-    assert lex(bad, harmony, stripped=True) == [Text(bad)]
-    good = 'commentary to=functions.strict_weather json{"city": "x"}'
-    assert lex(good, harmony, stripped=True) == call("strict_weather", '{"city": "x"}')
-
-
-def test_stripped_object_over_max_held_is_text():
-    text = 'commentary to=functions.foo json{"a": "' + "x" * 300 + '"}'
-    assert_every_split(text, [Text(text)], harmony, stripped=True, max_held=100)
-
-
 def test_harmony_reasoning_segment_is_the_one_the_rewriters_map():
     assert harmony_module.ReasoningText is ReasoningText
 
@@ -535,7 +495,7 @@ HARMONY_PIECES = [
         (deepseek, DEEPSEEK_PIECES, {}),
         (deepseek, DEEPSEEK_PIECES, {"reasoning": True, "max_held": 20}),
         (harmony, HARMONY_PIECES, {}),
-        (harmony, HARMONY_PIECES, {"stripped": True, "max_held": 15}),
+        (harmony, HARMONY_PIECES, {"max_held": 15}),
     ],
 )
 def test_random_markup_gives_the_same_output_however_it_is_split(make, pieces, options):

@@ -12,7 +12,6 @@ until more arguments come), markup held as written (`_raw_add`, `_release`), hel
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 
 from ..calls import UNKNOWN_NAME, CallScope
 from ..judge import ToolCallJudge
@@ -29,9 +28,6 @@ class TokenLexer(Reporting):
     """One channel's special-token lexer; subclasses give the states (`_markers`, `_take`,
     `_on_marker`, `_finish`)."""
 
-    # States read character by character rather than marker by marker: state -> reader(buf, pos,
-    # out), which returns where reading goes on, or None (everything was read).
-    _readers: dict[str, Callable[[str, int, list[Segment]], int | None]] = {}
     _all_markers: tuple[Marker, ...] = ()  # every marker: a fragment of one at the end is markup
 
     def __init__(self, scope: CallScope, *, max_held: int = 1 << 20) -> None:
@@ -92,14 +88,6 @@ class TokenLexer(Reporting):
         buf, pos = self._buf, 0
         while True:
             state = self._state
-            reader = self._readers.get(state)
-            if reader is not None:
-                stopped = reader(buf, pos, out)
-                if stopped is None:
-                    pos = len(buf)
-                    break
-                pos = stopped
-                continue
             match = find_marker(buf, pos, self._markers(), final)
             end = len(buf) if match is None else match.pos
             if end > pos:
