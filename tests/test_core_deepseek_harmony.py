@@ -326,7 +326,34 @@ def test_dsml_block_inside_reasoning_then_think_end():
     text = f"Let me search.{TC}{invoke('foo')}{INV_END}{TC_END}\n</think>\n\nHere it is."
     assert_every_split(text, [Text("Let me search.")] + call("foo", "{}") + [ReasoningEnd(), Text("Here it is.")], reasoning=True)
     assert lex("a </think> b", reasoning=True) == [Text("a </think> b")]  # before any section: not ours
-    assert lex(text) == [Text("Let me search.")] + call("foo", "{}") + [Text("\n</think>\n\nHere it is.")]
+    # in content too (issue 20 item 1): the block and the `</think>` after it are markup
+    assert_every_split(text, [Text("Let me search.")] + call("foo", "{}") + [Text("Here it is.")])
+
+
+# DeepSeek-V4 with thinking on writes its DSML block inside the reasoning its template opened and
+# only then `</think>` (vLLM #46079): in content, a `</think>` right after calls is dropped.
+V4_LATE = f'Checking.{TC}\n{invoke("get_weather")}\n{param("city", "Oslo")}\n{INV_END}\n{TC_END}'
+
+
+@pytest.mark.parametrize(
+    "after, expected",
+    [
+        ("</think>Done.", [Text("Done.")]),
+        (" \n</think>\n\nDone.", [Text("Done.")]),
+        ("</think>", []),
+        ("</think></think>x", [Text("</think>x")]),  # only the first: the next is the model's text
+        ("\nSo </think> x", [Text("\nSo </think> x")]),  # text came first: all of it is text
+        ("\n</thin", [Text("\n</thin")]),  # cut off: text, as today
+        (f"{SB}{CB}foo{SEP}{{}}{CE}{SE}</think>ok", call("foo", "{}") + [Text("ok")]),  # after a V3.1 section too
+    ],
+)
+def test_deepseek_v4_think_end_right_after_calls_in_content_is_markup(after, expected):
+    assert_every_split(V4_LATE + after, [Text("Checking.")] + call("get_weather", '{"city":"Oslo"}') + expected)
+
+
+def test_think_end_after_a_section_that_made_no_call_stays_text():
+    text = f"{TC}{invoke('rm')}{INV_END}{TC_END}</think>ok"
+    assert_every_split(text, [Text(text)])
 
 
 # -- DeepSeek: bounds and the end of the text ---------------------------------------------------------

@@ -19,8 +19,10 @@ The bars are U+FF5C and `▁` is U+2581, matched exactly (an ASCII `|` or `_` is
 as well: calls with no section around them, a call missing its end (the next call or the
 section end closes it), V3 arguments without the fence, a DSML invoke whose body is a JSON
 object (SGLang's "format 2"), a DSML parameter without `string=`. DSML values are typed by the
-tool's schema before the `string=` mark (`_parameter_value`). In a reasoning channel a
-`</think>` after a section ends the reasoning (DeepSeek-V4 opens DSML before it: vLLM #46079).
+tool's schema before the `string=` mark (`_parameter_value`). DeepSeek-V4 with thinking on
+writes its DSML block inside the reasoning and only then `</think>` (vLLM #46079): in a reasoning
+channel a `</think>` after a section ends the reasoning; in content, a `</think>` right after a
+section that made calls (whitespace aside) is markup, dropped like an end token.
 
 V3.1 arguments of a non-strict tool stream live (the name is final at the separator). Held
 until the call ends, then judged: V3 fenced arguments (the fence comes off both ends; a torn
@@ -30,7 +32,7 @@ rebuilt as one JSON object from its parameters; a call as soon as it closes).
 States (`_state`), and what moves between them:
 
     TEXT    --section begin--> SECTION, --DSML begin--> BLOCK, --call begin--> HEADER (no section)
-    TEXT    --`</think>` (reasoning channel, after a section)--> TEXT
+    TEXT    --`</think>` (reasoning channel: after a section; content: right after calls)--> TEXT
     SECTION --call begin--> HEADER, --section end--> TEXT
     HEADER  --separator--> FENCED (the header is `function`: held to the call end), ARGS (a
             declared non-strict tool, admitted: live), HELD (a strict tool: held to the call
@@ -155,7 +157,9 @@ class DeepSeekLexer(TokenLexer):
 
     def _markers(self) -> tuple[Marker, ...]:
         if self._state == TEXT:
-            return _TEXT_MARKERS_REASONING if self._reasoning and self._seen_section else _TEXT_MARKERS
+            # HOLD in TEXT: right after calls, only whitespace since (where a late `</think>` falls).
+            closer = self._lead == HOLD or self._reasoning and self._seen_section
+            return _TEXT_MARKERS_REASONING if closer else _TEXT_MARKERS
         return _MARKERS[self._state]
 
     def _take(self, text: str, out: list[Segment]) -> None:
@@ -178,12 +182,17 @@ class DeepSeekLexer(TokenLexer):
     # -- transitions ---------------------------------------------------------------------------
 
     def _on_marker(self, marker: Marker, out: list[Segment]) -> None:
-        kind, state = marker.kind, self._state
+        kind, state, after_calls = marker.kind, self._state, self._lead == HOLD
         padding = self._take_ws()
         self._lead = HOLD  # what follows a marker in a section starts a run: padding, or text
         if state == TEXT:
             if kind == THINK_END:
-                out.append(ReasoningEnd())
+                if self._reasoning:
+                    out.append(ReasoningEnd())
+                elif not after_calls:  # text came between the calls and it: it is text too
+                    self._show(out, marker.text)
+                    self._lead = KEEP
+                    return
                 self._lead = DROP  # the content after `</think>` starts at its first word
                 return
             self._reset_section()
