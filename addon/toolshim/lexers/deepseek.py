@@ -64,7 +64,7 @@ from ..calls import CallScope
 from ..schema import _properties, coerce_value, compact_json, reads_as_json, schema_types
 from ..tools import ToolSpec
 from .base import Marker, ReasoningEnd, Segment, Text
-from .tokens import ARGS, DROP, HELD, HOLD, KEEP, TEXT, VISIBLE, TokenLexer
+from .tokens import ARGS, DROP, HELD, HOLD, KEEP, TEXT, THINK_END, VISIBLE, TokenLexer
 
 BAR, SPACE = "\uff5c", "\u2581"  # the fullwidth bar and the "lower one eighth block" space
 
@@ -72,7 +72,6 @@ SECTION_BEGIN, SECTION_END = "section_begin", "section_end"
 CALL_BEGIN, SEPARATOR, CALL_END = "call_begin", "separator", "call_end"
 DSML_BEGIN, DSML_END = "dsml_begin", "dsml_end"
 INVOKE_BEGIN, INVOKE_END = "invoke_begin", "invoke_end"
-THINK_END = "think_end"
 
 
 def _token(name: str) -> str:
@@ -89,7 +88,6 @@ _DSML_BEGINS = (Marker(f"<{_DSML}function_calls>", DSML_BEGIN), Marker(f"<{_DSML
 _DSML_ENDS = (Marker(f"</{_DSML}function_calls>", DSML_END), Marker(f"</{_DSML}tool_calls>", DSML_END))
 _INVOKE_BEGIN = Marker(f"<{_DSML}invoke", INVOKE_BEGIN)  # attributes follow: read when the invoke closes
 _INVOKE_END = Marker(f"</{_DSML}invoke>", INVOKE_END)
-_THINK_END = Marker("</think>", THINK_END)
 
 SECTION, HEADER, FENCED = "section", "header", "fenced"
 BLOCK, INVOKE, INVOKE_VISIBLE = "block", "invoke", "invoke_visible"
@@ -97,7 +95,7 @@ BLOCK, INVOKE, INVOKE_VISIBLE = "block", "invoke", "invoke_visible"
 # What each state looks for; every other marker-like text is plain text in that state.
 _V3_ALL = (_SECTION_BEGIN, _SECTION_END, _CALL_BEGIN, _SEPARATOR, _CALL_END)
 _TEXT_MARKERS = (_SECTION_BEGIN, _CALL_BEGIN) + _DSML_BEGINS
-_TEXT_MARKERS_REASONING = _TEXT_MARKERS + (_THINK_END,)
+_TEXT_MARKERS_THINK_END = _TEXT_MARKERS + (THINK_END,)
 _CALL_MARKERS = (_CALL_BEGIN, _CALL_END, _SECTION_END)  # what ends a call's arguments
 _INVOKE_MARKERS = (_INVOKE_END, _INVOKE_BEGIN) + _DSML_ENDS
 _MARKERS = {
@@ -119,7 +117,7 @@ _PARAMETER = re.compile(rf'\s*<{_DSML}parameter\s+name="([^">]*)"(?:\s+string="(
 class DeepSeekLexer(TokenLexer):
     """Incremental lexer for one channel of one choice (see the module docstring)."""
 
-    _all_markers = _V3_ALL + _DSML_BEGINS + _DSML_ENDS + (_INVOKE_BEGIN, _INVOKE_END, _THINK_END)
+    _all_markers = _V3_ALL + _DSML_BEGINS + _DSML_ENDS + (_INVOKE_BEGIN, _INVOKE_END, THINK_END)
 
     def __init__(self, scope: CallScope, *, max_held: int = 1 << 20, reasoning: bool = False) -> None:
         super().__init__(scope, max_held=max_held)
@@ -159,11 +157,10 @@ class DeepSeekLexer(TokenLexer):
         if self._state == TEXT:
             # HOLD in TEXT: right after calls, only whitespace since (where a late `</think>` falls).
             closer = self._lead == HOLD or self._reasoning and self._seen_section
-            return _TEXT_MARKERS_REASONING if closer else _TEXT_MARKERS
+            return _TEXT_MARKERS_THINK_END if closer else _TEXT_MARKERS
         return _MARKERS[self._state]
 
     def _take(self, text: str, out: list[Segment]) -> None:
-        """Text between markers, in whatever pieces it comes."""
         state = self._state
         if state in (TEXT, SECTION, BLOCK):
             # HOLD: whitespace after a marker in a section (padding, if markup follows) or after
@@ -186,7 +183,7 @@ class DeepSeekLexer(TokenLexer):
         padding = self._take_ws()
         self._lead = HOLD  # what follows a marker in a section starts a run: padding, or text
         if state == TEXT:
-            if kind == THINK_END:
+            if marker is THINK_END:
                 if self._reasoning:
                     out.append(ReasoningEnd())
                 elif not after_calls:  # text came between the calls and it: it is text too

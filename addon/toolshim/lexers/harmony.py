@@ -70,8 +70,7 @@ _LEAD = re.compile(r"\s*(?:(to=[^\s<]+)\s*|t(?:o(?:=[^\s<]*)?)?$)?")
 
 
 class HarmonyLexer(TokenLexer):
-    """Incremental lexer for one channel of one choice (see the module docstring). Whitespace is
-    held after a message (TEXT) and at the end of live arguments (ARGS)."""
+    """Incremental lexer for one channel of one choice (see the module docstring)."""
 
     _all_markers = _ALL
 
@@ -142,7 +141,6 @@ class HarmonyLexer(TokenLexer):
         return 0
 
     def _take(self, text: str, out: list[Segment]) -> None:
-        """Text between markers, in whatever pieces it comes."""
         if not text:
             return
         state = self._state
@@ -188,8 +186,7 @@ class HarmonyLexer(TokenLexer):
 
     def _open(self, marker: Marker, padding: str) -> None:
         self._reset_call()
-        self._raw_add(padding)  # shown with the message if it stays text, dropped otherwise
-        self._raw_add(marker.text)
+        self._raw_add(padding + marker.text)  # the padding is shown with the message if it stays text
         self._state = HEADER
         self._part = ROLE_PART if marker.kind == START else CHANNEL_PART
 
