@@ -34,9 +34,8 @@ States (`_state`), and what moves between them:
     TEXT    --section begin--> SECTION, --DSML begin--> BLOCK, --call begin--> HEADER (no section)
     TEXT    --`</think>` (reasoning channel: after a section; content: right after calls)--> TEXT
     SECTION --call begin--> HEADER, --section end--> TEXT
-    HEADER  --separator--> FENCED (the header is `function`: held to the call end), ARGS (a
-            declared non-strict tool, admitted: live), HELD (a strict tool: held to the call
-            end), VISIBLE (anything else, or a header over MAX_HEADER: the call stays text)
+    HEADER  --separator--> FENCED (the header is `function`), ARGS (a declared non-strict tool,
+            admitted), HELD (a strict tool), VISIBLE (anything else, or over MAX_HEADER: text)
     ARGS, HELD, FENCED, VISIBLE --call end--> SECTION (TEXT for a call with no section),
             --call begin--> HEADER (the next call; the last one is closed), --section end--> TEXT
     BLOCK   --invoke begin--> INVOKE --invoke end--> BLOCK (a call, or the invoke as text)
@@ -115,8 +114,6 @@ _PARAMETER = re.compile(rf'\s*<{_DSML}parameter\s+name="([^">]*)"(?:\s+string="(
 
 
 class DeepSeekLexer(TokenLexer):
-    """Incremental lexer for one channel of one choice (see the module docstring)."""
-
     _all_markers = _V3_ALL + _DSML_BEGINS + _DSML_ENDS + (_INVOKE_BEGIN, _INVOKE_END, THINK_END)
 
     def __init__(self, scope: CallScope, *, max_held: int = 1 << 20, reasoning: bool = False) -> None:
@@ -151,8 +148,6 @@ class DeepSeekLexer(TokenLexer):
         if not self._made_call:
             self._show(out, "")  # a section nothing came of: its markup, as written
 
-    # -- scanning ------------------------------------------------------------------------------
-
     def _markers(self) -> tuple[Marker, ...]:
         if self._state == TEXT:
             # HOLD in TEXT: right after calls, only whitespace since (where a late `</think>` falls).
@@ -176,21 +171,17 @@ class DeepSeekLexer(TokenLexer):
         else:  # VISIBLE, INVOKE_VISIBLE
             self._show(out, text)
 
-    # -- transitions ---------------------------------------------------------------------------
-
     def _on_marker(self, marker: Marker, out: list[Segment]) -> None:
         kind, state, after_calls = marker.kind, self._state, self._lead == HOLD
         padding = self._take_ws()
         self._lead = HOLD  # what follows a marker in a section starts a run: padding, or text
         if state == TEXT:
-            if marker is THINK_END:
+            if marker is THINK_END:  # DROP: the content after `</think>` starts at its first word
                 if self._reasoning:
                     out.append(ReasoningEnd())
                 elif not after_calls:  # text came between the calls and it: it is text too
                     self._show(out, marker.text)
-                    self._lead = KEEP
-                    return
-                self._lead = DROP  # the content after `</think>` starts at its first word
+                self._lead = DROP if self._reasoning or after_calls else KEEP
                 return
             self._reset_section()
             self._seen_section = True
@@ -277,8 +268,6 @@ class DeepSeekLexer(TokenLexer):
         self._made_call = True
         self._pad = []
         self._pad_len = 0
-
-    # -- output --------------------------------------------------------------------------------
 
     def _pad_add(self, text: str, out: list[Segment]) -> None:
         if not text or self._made_call:

@@ -70,8 +70,6 @@ _LEAD = re.compile(r"\s*(?:(to=[^\s<]+)\s*|t(?:o(?:=[^\s<]*)?)?$)?")
 
 
 class HarmonyLexer(TokenLexer):
-    """Incremental lexer for one channel of one choice (see the module docstring)."""
-
     _all_markers = _ALL
 
     def __init__(self, scope: CallScope, *, max_held: int = 1 << 20, lead_recipient: bool = False) -> None:
@@ -84,8 +82,7 @@ class HarmonyLexer(TokenLexer):
     def _reset(self) -> None:
         super()._reset()
         self._content_begun = False  # ReasoningEnd has been emitted
-        # The very start of the output may be the rest of a role header (`lead_recipient`).
-        self._at_start = self._lead_recipient
+        self._at_start = self._lead_recipient  # the very start may be the rest of a role header
 
     def _reset_call(self) -> None:
         super()._reset_call()
@@ -106,8 +103,6 @@ class HarmonyLexer(TokenLexer):
         elif self._state == HEADER:  # cut off before it was complete
             self._show(out, self._raw_text() + fragment)
         # REASONING, CONTENT: a body cut off is what it is; only the marker fragment goes.
-
-    # -- scanning ------------------------------------------------------------------------------
 
     def _markers(self) -> tuple[Marker, ...]:
         if self._state == TEXT:
@@ -157,8 +152,6 @@ class HarmonyLexer(TokenLexer):
             self._header_add(text, out, TEXT)
         else:  # HELD
             self._markup_add(text, out)
-
-    # -- transitions ---------------------------------------------------------------------------
 
     def _on_marker(self, marker: Marker, out: list[Segment]) -> None:
         kind, state = marker.kind, self._state

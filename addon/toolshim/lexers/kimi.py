@@ -144,10 +144,6 @@ class KimiLexer(TokenLexer):
         self._reset()
         self._seen_section = False
 
-    def _reset_call(self) -> None:
-        super()._reset_call()
-        self._args_from = 0  # INFER: where the held arguments begin, in characters of `_raw`
-
     def feed(self, text: str) -> list[Segment]:
         if self._state == ARGS and self._args_sent and not self._buf and not self._ws and text and "<" not in text and not text[-1].isspace():
             # The bulk of a tool-call stream. Arguments with no `<` (every marker starts with
@@ -169,8 +165,6 @@ class KimiLexer(TokenLexer):
             self._close_call(out, "")
         self._report_idle()
         return out
-
-    # -- scanning ------------------------------------------------------------------------------
 
     def _markers(self) -> tuple[Marker, ...]:
         if self._reasoning and self._seen_section and self._state in (TEXT, SECTION):
@@ -219,8 +213,6 @@ class KimiLexer(TokenLexer):
         else:  # VISIBLE
             out.append(Text(text))
 
-    # -- transitions ---------------------------------------------------------------------------
-
     def _on_marker(self, marker: Marker, out: list[Segment]) -> None:
         kind, state = marker.kind, self._state
         self._take_ws()  # whitespace at the end of live arguments: any marker drops it
@@ -265,7 +257,7 @@ class KimiLexer(TokenLexer):
             self._state = ARGS
         elif name is None and self._namer.can_infer(self._header):
             self._state = INFER
-            self._body_start, self._args_from = len(self._raw), self._raw_len
+            self._body_start, self._args_from = len(self._raw), self._raw_len  # the held arguments: in parts, in characters
         else:
             if name is None:
                 self._scope.note(UNKNOWN_NAME, f"{excerpt(self._header)} names no declared tool")

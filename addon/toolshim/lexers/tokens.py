@@ -102,11 +102,8 @@ class TokenLexer(Reporting):
         return out
 
     def _text_end(self, buf: str, pos: int, match: Match | None, final: bool) -> int:
-        """Where the text read before `match` ends (what lies between it and the match is
-        left unread, or dropped when the match is a marker)."""
+        """Where the text before `match` ends (the rest up to it is left unread, or dropped before a marker)."""
         return len(buf) if match is None else match.pos
-
-    # -- whitespace ----------------------------------------------------------------------------
 
     def _hold(self, ws: str) -> bool:
         """Hold whitespace; True when more than max_held is held (the caller releases it)."""
@@ -135,8 +132,6 @@ class TokenLexer(Reporting):
         text = self._take_ws() + text if self._lead == HOLD else text[start.start() :]
         self._lead = KEEP
         self._show(out, text)
-
-    # -- calls ---------------------------------------------------------------------------------
 
     def _begin(self, out: list[Segment], name: str, written: str) -> str:
         """The header names `name` (`written` so): the state the call goes on in. ARGS: a
@@ -178,8 +173,6 @@ class TokenLexer(Reporting):
         for call in calls or ():
             out.extend((CallBegin(self._scope.mint_call_id(), call.name), CallArgs(call.arguments), CallEnd()))
         return bool(calls)
-
-    # -- held markup ---------------------------------------------------------------------------
 
     def _raw_add(self, text: str) -> None:
         self._raw.append(text)
