@@ -116,9 +116,8 @@ def test_peer_sample_harmony_every_split():
     assert_every_split(HARMONY, expected, harmony)
 
 
-def test_peer_sample_harmony_stripped_every_split_behind_the_flag():
-    assert_every_split(HARMONY_STRIPPED, call("get_weather", '{"city":"Paris"}'), harmony, stripped=True)
-    assert lex(HARMONY_STRIPPED, harmony) == [Text(HARMONY_STRIPPED)]  # off by default: a guess
+def test_peer_sample_harmony_stripped_is_text():
+    assert lex(HARMONY_STRIPPED, harmony) == [Text(HARMONY_STRIPPED)]  # not read: a guess (README, Dialects)
 
 
 # -- DeepSeek: spellings ----------------------------------------------------------------------------
@@ -327,7 +326,34 @@ def test_dsml_block_inside_reasoning_then_think_end():
     text = f"Let me search.{TC}{invoke('foo')}{INV_END}{TC_END}\n</think>\n\nHere it is."
     assert_every_split(text, [Text("Let me search.")] + call("foo", "{}") + [ReasoningEnd(), Text("Here it is.")], reasoning=True)
     assert lex("a </think> b", reasoning=True) == [Text("a </think> b")]  # before any section: not ours
-    assert lex(text) == [Text("Let me search.")] + call("foo", "{}") + [Text("\n</think>\n\nHere it is.")]
+    # in content too (issue 20 item 1): the block and the `</think>` after it are markup
+    assert_every_split(text, [Text("Let me search.")] + call("foo", "{}") + [Text("Here it is.")])
+
+
+# DeepSeek-V4 with thinking on writes its DSML block inside the reasoning its template opened and
+# only then `</think>` (vLLM #46079): in content, a `</think>` right after calls is dropped.
+V4_LATE = f'Checking.{TC}\n{invoke("get_weather")}\n{param("city", "Oslo")}\n{INV_END}\n{TC_END}'
+
+
+@pytest.mark.parametrize(
+    "after, expected",
+    [
+        ("</think>Done.", [Text("Done.")]),
+        (" \n</think>\n\nDone.", [Text("Done.")]),
+        ("</think>", []),
+        ("</think></think>x", [Text("</think>x")]),  # only the first: the next is the model's text
+        ("\nSo </think> x", [Text("\nSo </think> x")]),  # text came first: all of it is text
+        ("\n</thin", [Text("\n</thin")]),  # cut off: text, as today
+        (f"{SB}{CB}foo{SEP}{{}}{CE}{SE}</think>ok", call("foo", "{}") + [Text("ok")]),  # after a V3.1 section too
+    ],
+)
+def test_deepseek_v4_think_end_right_after_calls_in_content_is_markup(after, expected):
+    assert_every_split(V4_LATE + after, [Text("Checking.")] + call("get_weather", '{"city":"Oslo"}') + expected)
+
+
+def test_think_end_after_a_section_that_made_no_call_stays_text():
+    text = f"{TC}{invoke('rm')}{INV_END}{TC_END}</think>ok"
+    assert_every_split(text, [Text(text)])
 
 
 # -- DeepSeek: bounds and the end of the text ---------------------------------------------------------
@@ -467,45 +493,6 @@ def test_harmony_finish_leaves_the_lexer_reusable():
     assert merge(run(lexer, ["<|channel|>final<|message|>y"])) == [ReasoningEnd(), Text("y")]
 
 
-# -- Harmony: the stripped form (behind its flag) -------------------------------------------------
-
-
-def test_stripped_role_header_form_with_name_glued_to_commentary():
-    text = 'analysisI think.assistant to=functions.get_weathercommentary json{"city": "Rome"} ok'
-    expected = [Text("analysisI think.")] + call("get_weather", '{"city": "Rome"}') + [Text(" ok")]
-    assert_every_split(text, expected, harmony, stripped=True)
-
-
-def test_stripped_channel_form_after_analysis_and_braces_in_strings():
-    text = 'analysisPlan.assistantcommentary to=functions.foo json{"a": "}{\\"", "b": {"c": [1]}}'
-    assert_every_split(text, [Text("analysisPlan.")] + call("foo", '{"a": "}{\\"", "b": {"c": [1]}}'), harmony, stripped=True)
-
-
-@pytest.mark.parametrize(
-    "text",
-    [
-        "Use commentary to=functions.get_weather with a city.",  # prose about the syntax
-        'commentary to=functions.rm_rf json{"path": "/"}',  # undeclared
-        'commentary to=functions.get_weather json{"city": "Par',  # cut off
-        "the assistant to=functions. Okay",
-    ],
-)
-def test_stripped_lookalikes_stay_text(text):
-    assert_every_split(text, [Text(text)], harmony, stripped=True)
-
-
-def test_stripped_strict_tool_is_validated():
-    bad = 'commentary to=functions.strict_weather json{"city": 1}'
-    assert lex(bad, harmony, stripped=True) == [Text(bad)]
-    good = 'commentary to=functions.strict_weather json{"city": "x"}'
-    assert lex(good, harmony, stripped=True) == call("strict_weather", '{"city": "x"}')
-
-
-def test_stripped_object_over_max_held_is_text():
-    text = 'commentary to=functions.foo json{"a": "' + "x" * 300 + '"}'
-    assert_every_split(text, [Text(text)], harmony, stripped=True, max_held=100)
-
-
 def test_harmony_reasoning_segment_is_the_one_the_rewriters_map():
     assert harmony_module.ReasoningText is ReasoningText
 
@@ -535,7 +522,7 @@ HARMONY_PIECES = [
         (deepseek, DEEPSEEK_PIECES, {}),
         (deepseek, DEEPSEEK_PIECES, {"reasoning": True, "max_held": 20}),
         (harmony, HARMONY_PIECES, {}),
-        (harmony, HARMONY_PIECES, {"stripped": True, "max_held": 15}),
+        (harmony, HARMONY_PIECES, {"max_held": 15}),
     ],
 )
 def test_random_markup_gives_the_same_output_however_it_is_split(make, pieces, options):

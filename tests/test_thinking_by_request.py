@@ -3,6 +3,8 @@ inside reasoning the chat template opened, read from the request and the model n
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from harness import chat_chunk, sse_body
 from toolshim.backends import reasoning_preopened, thinking_requested
@@ -96,3 +98,19 @@ def test_nemotron_thinking_then_its_call():
     assert result["reasoning_content"].strip() == "Oslo's weather is asked."
     assert result["content"].strip() == ""
     assert [(c["name"], c["arguments"]) for c in result["tool_calls"]] == [("get_weather", '{"city":"Oslo"}')]
+
+
+@pytest.mark.parametrize("cut", [0, 2, 5, 8])
+def test_deepseek_v4_thinking_writes_its_call_before_think_end(cut):
+    """DeepSeek-V4 with thinking on writes its DSML block inside the reasoning its template
+    opened and only then `</think>` (vLLM #46079, DeepSeek-V4's template): the block ends the
+    reasoning and is the call; the `</think>` after it is markup, never content (issue 20 item 1),
+    in whatever pieces it comes."""
+    tools = {"tools": [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}]}
+    request = {"chat_template_kwargs": {"thinking": True}, **tools}
+    block = '<｜DSML｜tool_calls>\n<｜DSML｜invoke name="get_weather">\n<｜DSML｜parameter name="city" string="true">Oslo</｜DSML｜parameter>\n</｜DSML｜invoke>\n</｜DSML｜tool_calls>'
+    pieces = ["I will check", " the weather.\n\n" + block, "</think>"[:cut], "</think>"[cut:] + "Done."]
+    result = stream_content("deepseek-ai/DeepSeek-V4", request, [p for p in pieces if p])
+    assert result["reasoning_content"].strip() == "I will check the weather."
+    assert [(c["name"], json.loads(c["arguments"])) for c in result["tool_calls"]] == [("get_weather", {"city": "Oslo"})]
+    assert result["content"] == "Done."

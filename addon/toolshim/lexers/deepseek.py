@@ -19,8 +19,10 @@ The bars are U+FF5C and `▁` is U+2581, matched exactly (an ASCII `|` or `_` is
 as well: calls with no section around them, a call missing its end (the next call or the
 section end closes it), V3 arguments without the fence, a DSML invoke whose body is a JSON
 object (SGLang's "format 2"), a DSML parameter without `string=`. DSML values are typed by the
-tool's schema before the `string=` mark (`_parameter_value`). In a reasoning channel a
-`</think>` after a section ends the reasoning (DeepSeek-V4 opens DSML before it: vLLM #46079).
+tool's schema before the `string=` mark (`_parameter_value`). DeepSeek-V4 with thinking on
+writes its DSML block inside the reasoning and only then `</think>` (vLLM #46079): in a reasoning
+channel a `</think>` after a section ends the reasoning; in content, a `</think>` right after a
+section that made calls (whitespace aside) is markup, dropped like an end token.
 
 V3.1 arguments of a non-strict tool stream live (the name is final at the separator). Held
 until the call ends, then judged: V3 fenced arguments (the fence comes off both ends; a torn
@@ -30,11 +32,10 @@ rebuilt as one JSON object from its parameters; a call as soon as it closes).
 States (`_state`), and what moves between them:
 
     TEXT    --section begin--> SECTION, --DSML begin--> BLOCK, --call begin--> HEADER (no section)
-    TEXT    --`</think>` (reasoning channel, after a section)--> TEXT
+    TEXT    --`</think>` (reasoning channel: after a section; content: right after calls)--> TEXT
     SECTION --call begin--> HEADER, --section end--> TEXT
-    HEADER  --separator--> FENCED (the header is `function`: held to the call end), ARGS (a
-            declared non-strict tool, admitted: live), HELD (a strict tool: held to the call
-            end), VISIBLE (anything else, or a header over MAX_HEADER: the call stays text)
+    HEADER  --separator--> FENCED (the header is `function`), ARGS (a declared non-strict tool,
+            admitted), HELD (a strict tool), VISIBLE (anything else, or over MAX_HEADER: text)
     ARGS, HELD, FENCED, VISIBLE --call end--> SECTION (TEXT for a call with no section),
             --call begin--> HEADER (the next call; the last one is closed), --section end--> TEXT
     BLOCK   --invoke begin--> INVOKE --invoke end--> BLOCK (a call, or the invoke as text)
@@ -62,7 +63,7 @@ from ..calls import CallScope
 from ..schema import _properties, coerce_value, compact_json, reads_as_json, schema_types
 from ..tools import ToolSpec
 from .base import Marker, ReasoningEnd, Segment, Text
-from .tokens import ARGS, DROP, HELD, HOLD, KEEP, TEXT, VISIBLE, TokenLexer
+from .tokens import ARGS, DROP, HELD, HOLD, KEEP, TEXT, THINK_END, VISIBLE, TokenLexer
 
 BAR, SPACE = "\uff5c", "\u2581"  # the fullwidth bar and the "lower one eighth block" space
 
@@ -70,7 +71,6 @@ SECTION_BEGIN, SECTION_END = "section_begin", "section_end"
 CALL_BEGIN, SEPARATOR, CALL_END = "call_begin", "separator", "call_end"
 DSML_BEGIN, DSML_END = "dsml_begin", "dsml_end"
 INVOKE_BEGIN, INVOKE_END = "invoke_begin", "invoke_end"
-THINK_END = "think_end"
 
 
 def _token(name: str) -> str:
@@ -87,7 +87,6 @@ _DSML_BEGINS = (Marker(f"<{_DSML}function_calls>", DSML_BEGIN), Marker(f"<{_DSML
 _DSML_ENDS = (Marker(f"</{_DSML}function_calls>", DSML_END), Marker(f"</{_DSML}tool_calls>", DSML_END))
 _INVOKE_BEGIN = Marker(f"<{_DSML}invoke", INVOKE_BEGIN)  # attributes follow: read when the invoke closes
 _INVOKE_END = Marker(f"</{_DSML}invoke>", INVOKE_END)
-_THINK_END = Marker("</think>", THINK_END)
 
 SECTION, HEADER, FENCED = "section", "header", "fenced"
 BLOCK, INVOKE, INVOKE_VISIBLE = "block", "invoke", "invoke_visible"
@@ -95,7 +94,7 @@ BLOCK, INVOKE, INVOKE_VISIBLE = "block", "invoke", "invoke_visible"
 # What each state looks for; every other marker-like text is plain text in that state.
 _V3_ALL = (_SECTION_BEGIN, _SECTION_END, _CALL_BEGIN, _SEPARATOR, _CALL_END)
 _TEXT_MARKERS = (_SECTION_BEGIN, _CALL_BEGIN) + _DSML_BEGINS
-_TEXT_MARKERS_REASONING = _TEXT_MARKERS + (_THINK_END,)
+_TEXT_MARKERS_THINK_END = _TEXT_MARKERS + (THINK_END,)
 _CALL_MARKERS = (_CALL_BEGIN, _CALL_END, _SECTION_END)  # what ends a call's arguments
 _INVOKE_MARKERS = (_INVOKE_END, _INVOKE_BEGIN) + _DSML_ENDS
 _MARKERS = {
@@ -115,9 +114,7 @@ _PARAMETER = re.compile(rf'\s*<{_DSML}parameter\s+name="([^">]*)"(?:\s+string="(
 
 
 class DeepSeekLexer(TokenLexer):
-    """Incremental lexer for one channel of one choice (see the module docstring)."""
-
-    _all_markers = _V3_ALL + _DSML_BEGINS + _DSML_ENDS + (_INVOKE_BEGIN, _INVOKE_END, _THINK_END)
+    _all_markers = _V3_ALL + _DSML_BEGINS + _DSML_ENDS + (_INVOKE_BEGIN, _INVOKE_END, THINK_END)
 
     def __init__(self, scope: CallScope, *, max_held: int = 1 << 20, reasoning: bool = False) -> None:
         super().__init__(scope, max_held=max_held)
@@ -151,15 +148,14 @@ class DeepSeekLexer(TokenLexer):
         if not self._made_call:
             self._show(out, "")  # a section nothing came of: its markup, as written
 
-    # -- scanning ------------------------------------------------------------------------------
-
     def _markers(self) -> tuple[Marker, ...]:
         if self._state == TEXT:
-            return _TEXT_MARKERS_REASONING if self._reasoning and self._seen_section else _TEXT_MARKERS
+            # HOLD in TEXT: right after calls, only whitespace since (where a late `</think>` falls).
+            closer = self._lead == HOLD or self._reasoning and self._seen_section
+            return _TEXT_MARKERS_THINK_END if closer else _TEXT_MARKERS
         return _MARKERS[self._state]
 
     def _take(self, text: str, out: list[Segment]) -> None:
-        """Text between markers, in whatever pieces it comes."""
         state = self._state
         if state in (TEXT, SECTION, BLOCK):
             # HOLD: whitespace after a marker in a section (padding, if markup follows) or after
@@ -175,16 +171,17 @@ class DeepSeekLexer(TokenLexer):
         else:  # VISIBLE, INVOKE_VISIBLE
             self._show(out, text)
 
-    # -- transitions ---------------------------------------------------------------------------
-
     def _on_marker(self, marker: Marker, out: list[Segment]) -> None:
-        kind, state = marker.kind, self._state
+        kind, state, after_calls = marker.kind, self._state, self._lead == HOLD
         padding = self._take_ws()
         self._lead = HOLD  # what follows a marker in a section starts a run: padding, or text
         if state == TEXT:
-            if kind == THINK_END:
-                out.append(ReasoningEnd())
-                self._lead = DROP  # the content after `</think>` starts at its first word
+            if marker is THINK_END:  # DROP: the content after `</think>` starts at its first word
+                if self._reasoning:
+                    out.append(ReasoningEnd())
+                elif not after_calls:  # text came between the calls and it: it is text too
+                    self._show(out, marker.text)
+                self._lead = DROP if self._reasoning or after_calls else KEEP
                 return
             self._reset_section()
             self._seen_section = True
@@ -271,8 +268,6 @@ class DeepSeekLexer(TokenLexer):
         self._made_call = True
         self._pad = []
         self._pad_len = 0
-
-    # -- output --------------------------------------------------------------------------------
 
     def _pad_add(self, text: str, out: list[Segment]) -> None:
         if not text or self._made_call:

@@ -29,34 +29,26 @@ States (`_state`), and what moves between them:
     HEADER --end token, or over MAX_HEADER--> TEXT (the header is shown as text)
     REASONING, CONTENT, ARGS, HELD, VISIBLE --end token, or (an implied end) `<|start|>` or
            `<|channel|>`--> TEXT or HEADER;  HELD --more than max_held held--> VISIBLE
-    (stripped=True) TEXT --`commentary to=functions.` …--> STRIPPED_HEAD --`{`--> STRIPPED_JSON --`}`--> TEXT
 
 Whitespace after a message that was markup (any but VISIBLE) is held: prose gets it back, the
 next message and the end drop it. `finish()`: a live call is closed (`{}` when no argument
 came), a held call is judged, a header cut short is text, a marker cut in half at the end of a
 body is dropped; the lexer is then as new.
 
-**The stripped form** (`stripped=True`, off by default): upstreams that decode with
-`skip_special_tokens` send `commentary to=functions.get_weather json{"city":"Paris"}`. With the
-flag, `commentary to=functions.`, `assistantcommentary to=functions.` or `assistant
-to=functions.`, a declared tool's name (maybe glued to a stripped `commentary` or `json`), an
-optional `json` and one complete JSON object become a call, judged; anything else is text from
-the first character that does not fit. It stays off because it is a guess: prose quoting the
-syntax would become a call, the analysis text before it (`analysisI'm thinking…`) cannot be
-told from content, every piece ending in `a` or `c` is held one piece longer, and the Chat
-rewriter's fast path (events with no `<`) would have to be off for it to be seen at all.
+Markup whose special tokens were stripped (`commentary to=functions.x json{…}`, from upstreams
+decoding with `skip_special_tokens`) is not read: it is a guess, and prose quoting the syntax
+would become a call.
 """
 
 from __future__ import annotations
 
 import re
 
-from ..calls import UNKNOWN_NAME, CallScope
-from .base import CLOSED, JsonScanner, Marker, ReasoningEnd, ReasoningText, Segment, Text, excerpt
+from ..calls import CallScope
+from .base import Marker, ReasoningEnd, ReasoningText, Segment, Text
 from .tokens import ARGS, HELD, HOLD, KEEP, MAX_HEADER, TEXT, VISIBLE, TokenLexer
 
-START, END, MESSAGE, CHANNEL = "start", "end", "message", "channel"
-CONSTRAIN, STRIPPED = "constrain", "stripped"
+START, END, MESSAGE, CHANNEL, CONSTRAIN = "start", "end", "message", "channel", "constrain"
 
 _START = Marker("<|start|>", START)
 _MESSAGE = Marker("<|message|>", MESSAGE)
@@ -67,38 +59,22 @@ _ALL = (_START, _MESSAGE, _CHANNEL, _CONSTRAIN) + _END_TOKENS
 
 _TEXT_MARKERS = (_START, _CHANNEL)
 _BODY_MARKERS = _END_TOKENS + _TEXT_MARKERS
-# What is left of a call header once the special tokens are stripped (see the docstring).
-_STRIPPED_MARKERS = (
-    Marker("commentary to=functions.", STRIPPED),
-    Marker("assistantcommentary to=functions.", STRIPPED),
-    Marker("assistant to=functions.", STRIPPED),
-)
 
 HEADER, REASONING, CONTENT = "header", "reasoning", "content"
-STRIPPED_HEAD, STRIPPED_JSON = "stripped_head", "stripped_json"
 ROLE_PART, CHANNEL_PART, CONSTRAIN_PART = "role", "channel", "constrain"
 
 _RECIPIENT = re.compile(r"(?:^|\s)to=(\S+)")
 # The start of an output that may be the rest of a role header: whitespace, `to=`, a recipient,
 # whitespace (group 1: the whole `to=RECIPIENT`, once complete). Matches any prefix of it too.
 _LEAD = re.compile(r"\s*(?:(to=[^\s<]+)\s*|t(?:o(?:=[^\s<]*)?)?$)?")
-# Stripped form: the name, then at most one word (`json`), with whitespace around it.
-_STRIPPED_HEAD = re.compile(r"[A-Za-z0-9_-]*(?:\s+[A-Za-z]*)?\s*")
-_STRIPPED_SUFFIXES = ("", "json", "commentary", "commentaryjson")  # stripped tokens glued to the name
 
 
 class HarmonyLexer(TokenLexer):
-    """Incremental lexer for one channel of one choice (see the module docstring). Whitespace is
-    held after a message (TEXT) and at the end of live arguments (ARGS)."""
-
     _all_markers = _ALL
 
-    def __init__(self, scope: CallScope, *, max_held: int = 1 << 20, stripped: bool = False, lead_recipient: bool = False) -> None:
+    def __init__(self, scope: CallScope, *, max_held: int = 1 << 20, lead_recipient: bool = False) -> None:
         super().__init__(scope, max_held=max_held)
         self._lead_recipient = lead_recipient
-        self._text_markers = _TEXT_MARKERS + (_STRIPPED_MARKERS if stripped else ())
-        self._scanner = JsonScanner()
-        self._readers = {STRIPPED_HEAD: self._scan_head, STRIPPED_JSON: self._scan_json}
         self._reset()
         if self._at_start:
             self._report(False)  # the start must be read, even with no marker in it
@@ -106,14 +82,12 @@ class HarmonyLexer(TokenLexer):
     def _reset(self) -> None:
         super()._reset()
         self._content_begun = False  # ReasoningEnd has been emitted
-        # The very start of the output may be the rest of a role header (`lead_recipient`).
-        self._at_start = self._lead_recipient
+        self._at_start = self._lead_recipient  # the very start may be the rest of a role header
 
     def _reset_call(self) -> None:
         super()._reset_call()
         self._parts = {ROLE_PART: "", CHANNEL_PART: "", CONSTRAIN_PART: ""}
         self._part = ROLE_PART
-        self._scanner.reset()  # STRIPPED_JSON: its place in the object
 
     def feed(self, text: str) -> list[Segment]:
         self._buf += text
@@ -126,15 +100,13 @@ class HarmonyLexer(TokenLexer):
     def _finish(self, fragment: str, out: list[Segment]) -> None:
         if self._state in (ARGS, HELD, VISIBLE):
             self._close_message(out, "", rest=fragment)
-        elif self._state in (HEADER, STRIPPED_HEAD, STRIPPED_JSON):  # cut off before it was complete
+        elif self._state == HEADER:  # cut off before it was complete
             self._show(out, self._raw_text() + fragment)
         # REASONING, CONTENT: a body cut off is what it is; only the marker fragment goes.
 
-    # -- scanning ------------------------------------------------------------------------------
-
     def _markers(self) -> tuple[Marker, ...]:
         if self._state == TEXT:
-            return self._text_markers
+            return _TEXT_MARKERS
         return _ALL if self._state == HEADER else _BODY_MARKERS
 
     def _run(self, final: bool) -> list[Segment]:
@@ -164,7 +136,6 @@ class HarmonyLexer(TokenLexer):
         return 0
 
     def _take(self, text: str, out: list[Segment]) -> None:
-        """Text between markers, in whatever pieces it comes."""
         if not text:
             return
         state = self._state
@@ -181,8 +152,6 @@ class HarmonyLexer(TokenLexer):
             self._header_add(text, out, TEXT)
         else:  # HELD
             self._markup_add(text, out)
-
-    # -- transitions ---------------------------------------------------------------------------
 
     def _on_marker(self, marker: Marker, out: list[Segment]) -> None:
         kind, state = marker.kind, self._state
@@ -210,13 +179,9 @@ class HarmonyLexer(TokenLexer):
 
     def _open(self, marker: Marker, padding: str) -> None:
         self._reset_call()
-        self._raw_add(padding)  # shown with the message if it stays text, dropped otherwise
-        self._raw_add(marker.text)
-        if marker.kind == STRIPPED:
-            self._state = STRIPPED_HEAD
-        else:
-            self._state = HEADER
-            self._part = ROLE_PART if marker.kind == START else CHANNEL_PART
+        self._raw_add(padding + marker.text)  # the padding is shown with the message if it stays text
+        self._state = HEADER
+        self._part = ROLE_PART if marker.kind == START else CHANNEL_PART
 
     def _open_body(self, out: list[Segment]) -> None:
         """`<|message|>`: the header says what the body is."""
@@ -244,58 +209,3 @@ class HarmonyLexer(TokenLexer):
         self._state = TEXT
         self._reset_call()
 
-    # -- the stripped form ---------------------------------------------------------------------
-
-    def _scan_head(self, buf: str, pos: int, out: list[Segment]) -> int | None:
-        """STRIPPED_HEAD: the name and an optional `json` (the header: what follows
-        `to=functions.`), up to the `{` of the arguments."""
-        # The head is at most MAX_HEADER long, so reading it again with each piece is bounded.
-        window = self._header + buf[pos : pos + MAX_HEADER + 1]
-        fits = _STRIPPED_HEAD.match(window).end()
-        taken = fits - len(self._header)
-        self._raw_add(buf[pos : pos + taken])
-        self._header = window[:fits]
-        pos += taken
-        # The first character that is not name, word or whitespace must begin the arguments.
-        name = self._stripped_name(self._header) if window[fits : fits + 1] == "{" else None
-        if name is not None:
-            self._name = name
-            self._body_start = len(self._raw)
-            self._state = STRIPPED_JSON
-        elif fits < len(window) or len(self._header) > MAX_HEADER:
-            self._give_up(out)
-        else:
-            return None
-        return pos
-
-    def _stripped_name(self, head: str) -> str | None:
-        if not head or head[0].isspace():
-            return None
-        compact = "".join(head.split())
-        for suffix in _STRIPPED_SUFFIXES:
-            if compact.endswith(suffix) and compact[: len(compact) - len(suffix)] in self._scope.tools:
-                return compact[: len(compact) - len(suffix)]
-        self._scope.note(UNKNOWN_NAME, f"{excerpt(compact)} (stripped Harmony) is not a declared tool")
-        return None
-
-    def _scan_json(self, buf: str, pos: int, out: list[Segment]) -> int | None:
-        """STRIPPED_JSON: follow the object (the shared `JsonScanner`) until it closes."""
-        # Scanning past `limit` would hold more than max_held: the cap falls at the same
-        # character however the text was split.
-        limit = min(len(buf), pos + max(0, self._max_held - self._raw_len) + 1)
-        j, what = self._scanner.scan(buf, pos, limit)
-        self._raw_add(buf[pos:j])
-        if what == CLOSED and self._judged(out, self._name, self._raw_text(self._body_start)):
-            self._lead = HOLD
-            self._state = TEXT
-            self._reset_call()
-        elif what == CLOSED or self._raw_len > self._max_held:
-            self._give_up(out)
-        else:
-            return None
-        return j
-
-    def _give_up(self, out: list[Segment]) -> None:
-        """Not a stripped call after all: everything read so far is text."""
-        self._release(out, TEXT)
-        self._lead = KEEP

@@ -29,12 +29,11 @@ import orjson
 from ..calls import UNKNOWN_NAME, CallScope
 from ..schema import _properties
 from ..tools import TOOL_NAME
-from .base import CallArgs, CallBegin, Marker, ReasoningEnd, Segment, Text, excerpt, find_marker, is_marker_fragment
-from .tokens import ARGS, DROP, HOLD, KEEP, TEXT, VISIBLE, TokenLexer
+from .base import CallArgs, CallBegin, CallEnd, Marker, Match, ReasoningEnd, Segment, Text, excerpt, is_marker_fragment
+from .tokens import ARGS, DROP, HOLD, KEEP, TEXT, THINK_END, VISIBLE, TokenLexer
 
 SECTION_BEGIN, SECTION_END = "section_begin", "section_end"
 CALL_BEGIN, ARGUMENT_BEGIN, CALL_END = "call_begin", "argument_begin", "call_end"
-THINK_END = "think_end"
 
 _KIMI_MARKERS = (
     Marker("<|tool_calls_section_begin|>", SECTION_BEGIN),
@@ -48,7 +47,6 @@ _KIMI_MARKERS = (
     Marker("<|tool_arguments_begin|>", ARGUMENT_BEGIN),  # the K2 tech report's spelling
     Marker("<|tool_call_end|>", CALL_END),
 )
-_THINK_END = Marker("</think>", THINK_END)
 
 SECTION, HEADER, INFER = "section", "header", "infer"
 
@@ -138,20 +136,13 @@ class KimiCallNamer:
 
 class KimiLexer(TokenLexer):
     """Incremental lexer for one channel of one choice (see the module docstring). Whitespace
-    right after markup: HOLD it until prose follows (it separates the prose from the text before
-    the markup) or DROP it (after `</think>`). The unread text is at most a possible marker, or
-    whitespace that may end the arguments or pad the next marker."""
-
+    right after markup: HOLD until prose follows, DROP in a section and after `</think>`."""
     def __init__(self, namer: KimiCallNamer, *, reasoning: bool = False, max_held: int = 1 << 20) -> None:
         super().__init__(namer.scope, max_held=max_held)
         self._namer = namer
         self._reasoning = reasoning
         self._reset()
         self._seen_section = False
-
-    def _reset_call(self) -> None:
-        super()._reset_call()
-        self._args_from = 0  # INFER: where the held arguments begin, in characters of `_raw`
 
     def feed(self, text: str) -> list[Segment]:
         if self._state == ARGS and self._args_sent and not self._buf and not self._ws and text and "<" not in text and not text[-1].isspace():
@@ -175,46 +166,30 @@ class KimiLexer(TokenLexer):
         self._report_idle()
         return out
 
-    # -- scanning ------------------------------------------------------------------------------
-
     def _markers(self) -> tuple[Marker, ...]:
         if self._reasoning and self._seen_section and self._state in (TEXT, SECTION):
-            return _KIMI_MARKERS + (_THINK_END,)
+            return _KIMI_MARKERS + (THINK_END,)
         return _KIMI_MARKERS
 
-    def _run(self, final: bool) -> list[Segment]:
-        out: list[Segment] = []
-        buf, pos = self._buf, 0
-        while True:
-            match = find_marker(buf, pos, self._markers(), final)
-            complete = match is not None and match.marker is not None
-            end = len(buf) if match is None else match.pos
-            maybe_marker = match is not None and self._state == TEXT  # a marker may begin at `end`
-            if not complete and not final and (self._lead == HOLD or maybe_marker):
-                # Whitespace at the end may be padding before the next marker: leave it unread
-                # until something else arrives (bounded, so a flood of spaces still flows).
-                # Also in front of a possible marker's beginning, as the other dialects do: sent
-                # early, it would stay where one piece holding it and the marker drops it (fuzzing).
-                kept = end - pos - len(buf[pos:end].rstrip())
-                if kept < self._max_held:
-                    end -= kept
-            if end > pos:
-                self._take_text(buf[pos:end], out, match.marker if complete else None)
-                pos = end
-            if not complete:
-                break
-            pos = match.pos + len(match.marker.text)
-            self._on_marker(match.marker, out)
-        self._buf = buf[pos:]
-        return out
-
-    def _take_text(self, text: str, out: list[Segment], next_marker: Marker | None) -> None:
-        """Text between markers; `next_marker` is the marker right after it, if known yet."""
-        state = self._state
-        if state == TEXT and next_marker is not None and next_marker.kind in (SECTION_BEGIN, CALL_BEGIN):
+    def _text_end(self, buf: str, pos: int, match: Match | None, final: bool) -> int:
+        end = len(buf) if match is None else match.pos
+        if match is not None and match.marker is not None:
+            if self._state != TEXT or match.marker.kind not in (SECTION_BEGIN, CALL_BEGIN):
+                return end
             # Servers that keep special tokens decode them with a space on each side: the
             # space arriving with a section or call begin is its padding, not text.
-            text = text.rstrip()
+            return pos + len(buf[pos:end].rstrip())
+        if final or not (self._lead == HOLD or (match is not None and self._state == TEXT)):
+            return end
+        # Whitespace at the end may be padding before the next marker: left unread until
+        # something else arrives (bounded, so a flood of spaces still flows). Also in front of a
+        # possible marker's beginning, as the other dialects do: sent early, it would stay where
+        # one piece holding it and the marker drops it (fuzzing).
+        text_end = pos + len(buf[pos:end].rstrip())
+        return text_end if end - text_end < self._max_held else end
+
+    def _take(self, text: str, out: list[Segment]) -> None:
+        state = self._state
         if state in (TEXT, SECTION):
             # Inside a section only the whitespace right after a marker is padding (DROP is set
             # on entering it): lstripping every piece would lose the spaces between words that
@@ -238,8 +213,6 @@ class KimiLexer(TokenLexer):
         else:  # VISIBLE
             out.append(Text(text))
 
-    # -- transitions ---------------------------------------------------------------------------
-
     def _on_marker(self, marker: Marker, out: list[Segment]) -> None:
         kind, state = marker.kind, self._state
         self._take_ws()  # whitespace at the end of live arguments: any marker drops it
@@ -257,7 +230,7 @@ class KimiLexer(TokenLexer):
         elif state == VISIBLE:
             if kind != CALL_BEGIN:  # a new call gets its own chance
                 out.append(Text(marker.text))  # the call stays text, markers and all
-        elif kind == THINK_END:  # in TEXT or SECTION
+        elif marker is THINK_END:  # in TEXT or SECTION
             out.append(ReasoningEnd())
             self._state, self._lead = TEXT, DROP
             return
@@ -284,7 +257,7 @@ class KimiLexer(TokenLexer):
             self._state = ARGS
         elif name is None and self._namer.can_infer(self._header):
             self._state = INFER
-            self._body_start, self._args_from = len(self._raw), self._raw_len
+            self._body_start, self._args_from = len(self._raw), self._raw_len  # the held arguments: in parts, in characters
         else:
             if name is None:
                 self._scope.note(UNKNOWN_NAME, f"{excerpt(self._header)} names no declared tool")
@@ -301,7 +274,7 @@ class KimiLexer(TokenLexer):
             if name is None or not self._scope.admit(name):
                 out.append(Text(self._raw_text() + closing_marker))
             else:
-                self._emit(out, self._namer.id_for(self._header, name), name, arguments or "{}")
+                out.extend((CallBegin(self._namer.id_for(self._header, name), name), CallArgs(arguments or "{}"), CallEnd()))
         elif self._state == VISIBLE and closing_marker:
             out.append(Text(closing_marker))
         self._reset_call()

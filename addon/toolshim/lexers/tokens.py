@@ -1,7 +1,8 @@
 """What the special-token dialects (Kimi, DeepSeek, Harmony) share: a state machine over markers.
 
-Each state looks for its own markers (`_markers`); the text between them goes to `_take`, each
-marker to `_on_marker`. Only a possible beginning of a marker is held unread. Shared services:
+Each state looks for its own markers (`_markers`); the text between them goes to `_take` in
+whatever pieces it comes, each marker to `_on_marker`; `_finish` ends what is held. Only a possible
+beginning of a marker is held unread (`_text_end` may leave more unread). Shared services:
 whitespace held until what follows says whose it is (`_hold`, `_take_ws`, and the lead policy
 of TEXT: KEEP it, HOLD it for the prose that follows, DROP it), a call's opening by its name
 (`_begin`), live arguments (`_args_text`: no whitespace at either end, trailing whitespace held
@@ -12,26 +13,22 @@ until more arguments come), markup held as written (`_raw_add`, `_release`), hel
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 
 from ..calls import UNKNOWN_NAME, CallScope
 from ..judge import ToolCallJudge
 from ..schema import compact_json
-from .base import CallArgs, CallBegin, CallEnd, Marker, Reporting, Segment, Text, excerpt, find_marker, is_marker_fragment
+from .base import CallArgs, CallBegin, CallEnd, Marker, Match, Reporting, Segment, Text, excerpt, find_marker, is_marker_fragment
 
 TEXT, ARGS, HELD, VISIBLE = "text", "args", "held", "visible"  # the states every dialect has
 KEEP, HOLD, DROP = "keep", "hold", "drop"  # what happens to whitespace at the start of TEXT
 MAX_HEADER = 256  # a call or message header longer than this is not a header: it stays text
+THINK_END = Marker("</think>", "think_end")  # the reasoning's end, where a dialect reads it after calls
 _NOT_SPACE = re.compile(r"\S")
 
 
 class TokenLexer(Reporting):
-    """One channel's special-token lexer; subclasses give the states (`_markers`, `_take`,
-    `_on_marker`, `_finish`)."""
+    """One channel's special-token lexer; subclasses give the states (see the module docstring)."""
 
-    # States read character by character rather than marker by marker: state -> reader(buf, pos,
-    # out), which returns where reading goes on, or None (everything was read).
-    _readers: dict[str, Callable[[str, int, list[Segment]], int | None]] = {}
     _all_markers: tuple[Marker, ...] = ()  # every marker: a fragment of one at the end is markup
 
     def __init__(self, scope: CallScope, *, max_held: int = 1 << 20) -> None:
@@ -61,15 +58,13 @@ class TokenLexer(Reporting):
     def _finish(self, fragment: str, out: list[Segment]) -> None:
         """The end: what is held is closed or shown (`fragment`: a marker cut in half, markup)."""
 
-    def _report_idle(self) -> None:
-        idle = self._state == TEXT and not self._buf and not self._ws and self._lead == KEEP
-        if idle != self.idle:  # reported on change only
-            self._report(idle)
+    def _idle_now(self) -> bool:
+        return self._state == TEXT and not self._buf and not self._ws and self._lead == KEEP
 
     def feed(self, text: str) -> list[Segment]:
         self._buf += text
         out = self._run(final=False)
-        idle = self._state == TEXT and not self._buf and not self._ws and self._lead == KEEP  # `_report_idle`, inline
+        idle = self._state == TEXT and not self._buf and not self._ws and self._lead == KEEP  # `_idle_now`, inline
         if idle != self.idle:
             self._report(idle)
         return out
@@ -92,16 +87,8 @@ class TokenLexer(Reporting):
         buf, pos = self._buf, 0
         while True:
             state = self._state
-            reader = self._readers.get(state)
-            if reader is not None:
-                stopped = reader(buf, pos, out)
-                if stopped is None:
-                    pos = len(buf)
-                    break
-                pos = stopped
-                continue
             match = find_marker(buf, pos, self._markers(), final)
-            end = len(buf) if match is None else match.pos
+            end = self._text_end(buf, pos, match, final)
             if end > pos:
                 self._take(buf[pos:end], out)
                 pos = end
@@ -109,12 +96,14 @@ class TokenLexer(Reporting):
                     continue  # a cap released the call: what follows is read with the new state's markers
             if match is None or match.marker is None:
                 break
-            pos += len(match.marker.text)
+            pos = match.pos + len(match.marker.text)
             self._on_marker(match.marker, out)
         self._buf = buf[pos:]
         return out
 
-    # -- whitespace ----------------------------------------------------------------------------
+    def _text_end(self, buf: str, pos: int, match: Match | None, final: bool) -> int:
+        """Where the text before `match` ends (the rest up to it is left unread, or dropped before a marker)."""
+        return len(buf) if match is None else match.pos
 
     def _hold(self, ws: str) -> bool:
         """Hold whitespace; True when more than max_held is held (the caller releases it)."""
@@ -143,8 +132,6 @@ class TokenLexer(Reporting):
         text = self._take_ws() + text if self._lead == HOLD else text[start.start() :]
         self._lead = KEEP
         self._show(out, text)
-
-    # -- calls ---------------------------------------------------------------------------------
 
     def _begin(self, out: list[Segment], name: str, written: str) -> str:
         """The header names `name` (`written` so): the state the call goes on in. ARGS: a
@@ -180,17 +167,12 @@ class TokenLexer(Reporting):
             out.append(CallArgs("{}"))
         out.append(CallEnd())
 
-    def _emit(self, out: list[Segment], call_id: str, name: str, arguments: str) -> None:
-        out.extend((CallBegin(call_id, name), CallArgs(arguments), CallEnd()))
-
     def _judged(self, out: list[Segment], name: str, arguments: str) -> bool:
         """Ask the judge about a held call; emit it if it is one."""
         calls = self.judge.verdict(compact_json({"name": name, "arguments": arguments}))
         for call in calls or ():
-            self._emit(out, self._scope.mint_call_id(), call.name, call.arguments)
+            out.extend((CallBegin(self._scope.mint_call_id(), call.name), CallArgs(call.arguments), CallEnd()))
         return bool(calls)
-
-    # -- held markup ---------------------------------------------------------------------------
 
     def _raw_add(self, text: str) -> None:
         self._raw.append(text)
