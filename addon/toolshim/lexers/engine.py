@@ -352,18 +352,19 @@ class BlockLexer(Reporting):
 
         return step
 
-    def _name_upto(self, buf: str, i: int, limit: int, stop: re.Pattern[str], name: str) -> tuple[int, str | None]:
-        """BLOCK: name characters from `i` (after `name`, read before) are held up to `stop`: where
-        they end (`limit`: `_wait`) and the name so far; None: longer than MAX_NAME, no name."""
-        room = MAX_NAME - len(name)
+    def _name_upto(self, buf: str, i: int, limit: int, stop: re.Pattern[str]) -> tuple[int, bool]:
+        """BLOCK: name characters from `i` are held and added to `_name`, up to `stop`: where they
+        end (`limit`: `_wait`); False: the name grew longer than MAX_NAME, it is none."""
+        room = MAX_NAME - len(self._name)
         end = min(limit, i + room + 1)
         found = stop.search(buf, i, end)
         if found is None and end - i > room:
             self._take(buf, i, i + room)
-            return i + room, None
+            return i + room, False
         j = end if found is None else found.start()
         self._take(buf, i, j)
-        return j, name + buf[i:j]
+        self._name += buf[i:j]
+        return j, True
 
     def _hold(self, buf: str, j: int) -> None:
         """`buf[j:]` is kept unread: the next piece decides (None: the step waits for it)."""
@@ -764,13 +765,11 @@ class XmlParamsLexer(_ParamsLexer):
         return pos
 
     def _step_name(self, buf: str, i: int, limit: int, out: list[Segment]) -> int | None:
-        j, name = self._name_upto(buf, i, limit, self._name_stop[self._name_for], self._name)
-        if name is not None:
-            self._name = name
-            if j == limit:
-                return self._wait(buf, j, limit, out)
-            if buf[j] == ">":
-                return self._named(out, self._take_tag(buf, j, ">"))
+        j, named = self._name_upto(buf, i, limit, self._name_stop[self._name_for])
+        if named and j == limit:
+            return self._wait(buf, j, limit, out)
+        if named and buf[j] == ">":
+            return self._named(out, self._take_tag(buf, j, ">"))
         if self._name_for == IMPLICIT:  # not a tag after all: plain text of the value
             self._state = VALUE
             return j
@@ -911,7 +910,6 @@ class KeyValuesLexer(_ParamsLexer):
 
     def _reset_body(self) -> None:
         super()._reset_body()
-        self._key_chars = ""
         self._escaped = False  # an escaped separator was read: the values are escaped too
         self._pend_escaped = False  # `_escaped` when the value end PEND confirms was read
 
@@ -934,14 +932,13 @@ class KeyValuesLexer(_ParamsLexer):
     def _step_name(self, buf: str, i: int, limit: int, out: list[Segment]) -> int | None:
         if not self._name:  # whitespace before the name
             i = self._skip_ws(buf, i, limit)
-        j, name = self._name_upto(buf, i, limit, self._name_stop, self._name)
-        if name is not None:
-            self._name = name
-            if j == limit:
-                return self._wait(buf, j, limit, out)
-        if not name:  # `{` (Hermes), `<function=` (Qwen), prose, a run too long: not this dialect
+        j, named = self._name_upto(buf, i, limit, self._name_stop)
+        if named and j == limit:
+            return self._wait(buf, j, limit, out)
+        if not named or not self._name:  # `{` (Hermes), `<function=` (Qwen), prose, a run too long: not this dialect
             return self._release(out, j)
-        self._calls = [(name, [])]
+        self._calls = [(self._name, [])]
+        self._name = ""  # the keys are read into it next
         self._state = AFTER_NAME
         return j
 
@@ -958,17 +955,12 @@ class KeyValuesLexer(_ParamsLexer):
         return pos
 
     def _step_key(self, buf: str, i: int, limit: int, out: list[Segment]) -> int | None:
-        j, key = self._name_upto(buf, i, limit, _LT, self._key_chars)
-        if key is None:
-            return self._release(out, j)
-        self._key_chars = key
-        if j == limit:
-            return self._wait(buf, j, limit, out)
-        tag = match_tag(buf, j, limit, (self._body.key[1],))
+        j, named = self._name_upto(buf, i, limit, _LT)
+        tag = match_tag(buf, j, limit, (self._body.key[1],)) if named else None
         if tag is _PARTIAL:
             return self._wait(buf, j, limit, out)
-        self._key_chars = key.strip()
-        if tag is None or not self._key_chars:
+        self._name = self._name.strip()
+        if tag is None or not self._name:
             return self._release(out, j)
         self._state = KV
         return self._take_tag(buf, j, tag)
@@ -997,8 +989,8 @@ class KeyValuesLexer(_ParamsLexer):
         return self._key_or_close(out, tag, self._take_tag(buf, j, tag))
 
     def _end_pair(self) -> None:
-        self._calls[0][1].append((self._key_chars, self._value_at, self._pend_at, False))
-        self._key_chars = ""
+        self._calls[0][1].append((self._name, self._value_at, self._pend_at, False))
+        self._name = ""
 
     def _value_text(self, text: str, start: int, end: int, trim_close: bool) -> str:
         if self._escaped:  # read as the text of a JSON string, else as written
