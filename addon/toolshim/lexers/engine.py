@@ -205,9 +205,9 @@ class BlockLexer(Reporting):
         """AFTER: the state `c` begins when it continues the calls without a marker (None: not)."""
         return None
 
-    def _separators(self) -> str:
-        """AFTER: the characters held with whitespace between the calls of the last block."""
-        return ""
+    def _gap_after(self) -> re.Pattern[str]:
+        """AFTER: what is held as whitespace after the last block (separators between its calls too)."""
+        return _WS
 
     def _reset(self) -> None:
         self._state = TEXT
@@ -465,10 +465,7 @@ class BlockLexer(Reporting):
     def _step_after(self, buf: str, pos: int, limit: int, out: list[Segment]) -> int | None:
         """AFTER: whitespace (and separators) after a block; what follows says whose it is."""
         n = len(buf)
-        seps = self._separators()
-        end = pos
-        while end < n and (buf[end].isspace() or buf[end] in seps):
-            end += 1
+        end = self._gap_after().match(buf, pos).end()
         self._pad += buf[pos:end]
         if not self._after_call:  # after text it is text, whatever follows
             self._send_pad(out)
@@ -507,10 +504,8 @@ class BlockLexer(Reporting):
         """The block ended (by `closer`, not held, or `implied` by what follows: whitespace at
         its end then pads what comes next): its calls, else its text. TEXT (LIVE: AFTER) at `pos`."""
         text = self._raw.text()
-        trailing = ""
-        if implied:
-            body = text.rstrip()
-            text, trailing = body, text[len(body) :]
+        body = text.rstrip() if implied else text
+        text, trailing = body, text[len(body) :]
         self._trailers = ()  # (until the verdict sets them: read only while `_after_call`)
         calls = self._verdict(text) if judged else None
         if calls:
@@ -650,7 +645,7 @@ class _ParamsLexer(BlockLexer):
 
 # -- XML parameters (Qwen3-Coder, MiniMax, Seed-OSS) ---------------------------------------------
 
-WRAP, NAME, BODY, VALUE, PEND = "wrap", "name", "body", "value", "pend"
+WRAP, NAME, BODY, VALUE, PEND, PEND_BARE, PEND_END = "wrap", "name", "body", "value", "pend", "pend_bare", "pend_end"
 IN_WRAP, AFTER_BARE = "in_wrap", "after_bare"
 FUNC, PARAM, IMPLICIT = "function", "parameter", "implicit"  # whose name NAME reads; kinds of element
 WRAPPER = "wrapper"
@@ -659,9 +654,10 @@ WRAPPER = "wrapper"
 class XmlParamsLexer(_ParamsLexer):
     """States: WRAP, between a wrapper's functions; NAME, a function's or parameter's name up to
     its `>`; BODY, after a function's name: a parameter tag or the function end; VALUE, raw text;
-    PEND, a closer was read; IN_WRAP, text in a wrapper after a complete function; AFTER_BARE,
-    after a bare function: a wrapper end right after it (a model's orphan closer) is part of the
-    block, anything else pads what follows.
+    PEND, a parameter's closer was read (PEND_BARE: in a bare function), PEND_END the function's;
+    IN_WRAP, text in a wrapper after a complete function; AFTER_BARE, after a bare function: a
+    wrapper end right after it (a model's orphan closer) is part of the block, anything else
+    pads what follows.
 
     Values are not escaped: a value may hold the dialect's own tags. A closer counts only when
     what follows fits: after the parameter end the next parameter, the function end or the
@@ -673,7 +669,7 @@ class XmlParamsLexer(_ParamsLexer):
     a parameter tag beginning a line outside them closes the value (its end is missing) when it
     names a property of the tool not yet given (any name not yet given when the tool has no
     properties). One leading and one trailing newline of each value are markup. Complete at the
-    end of the text: WRAP or IN_WRAP after a function, PEND after the function end, AFTER_BARE."""
+    end of the text: WRAP or IN_WRAP after a function, PEND_END, AFTER_BARE."""
 
     _FIRST = {"wrap": WRAP, "bare": NAME}  # `_reset_body` readies NAME for a function's name
 
@@ -685,16 +681,16 @@ class XmlParamsLexer(_ParamsLexer):
         self._name_stop = {FUNC: re.compile(b.function_name_stop), PARAM: re.compile(b.parameter_name_stop)}
         self._name_stop[IMPLICIT] = self._name_stop[PARAM]
         self._reads_name = {self._FUNC_OPEN: FUNC, self._PARAM_OPEN: PARAM}  # tags a name follows
-        self._wrap_tags = (self._FUNC_OPEN, self._WRAP_CLOSE, self._WRAP_OPEN)  # (also what confirms a function end)
-        self._body_tags = (self._PARAM_OPEN, self._FUNC_CLOSE)  # (also what confirms a bare function's parameter end)
-        self._after_param = self._body_tags + (self._WRAP_CLOSE,)  # what confirms a parameter end
+        wrap_tags = (self._FUNC_OPEN, self._WRAP_CLOSE, self._WRAP_OPEN)  # (also what confirms a function end)
+        body_tags = (self._PARAM_OPEN, self._FUNC_CLOSE)  # (also what confirms a bare function's parameter end)
         # In a value: each tag's kind of element, and whether it closes one (closers first).
         self._value_tags = {self._PARAM_CLOSE: (PARAM, True), self._FUNC_CLOSE: (FUNC, True),
                             self._WRAP_CLOSE: (WRAPPER, True), self._PARAM_OPEN: (PARAM, False),
                             self._FUNC_OPEN: (FUNC, False), self._WRAP_OPEN: (WRAPPER, False)}
-        return {WRAP: self._at_tag(self._wrap_tags, self._wrap_tag), NAME: self._step_name,
-                BODY: self._at_tag(self._body_tags, self._body_tag), VALUE: self._at_tag(self._value_tags, self._value_tag, raw=True),
-                PEND: self._step_pend, IN_WRAP: self._at_tag(self._wrap_tags, self._in_wrap_tag, raw=True), AFTER_BARE: self._step_after_bare}
+        return {WRAP: self._at_tag(wrap_tags, self._wrap_tag), NAME: self._step_name, BODY: self._at_tag(body_tags, self._body_tag),
+                VALUE: self._at_tag(self._value_tags, self._value_tag, raw=True), IN_WRAP: self._at_tag(wrap_tags, self._in_wrap_tag, raw=True),
+                PEND: self._at_tag(body_tags + (self._WRAP_CLOSE,), self._pend_tag), PEND_BARE: self._at_tag(body_tags, self._pend_tag),
+                PEND_END: self._at_tag(wrap_tags, self._pend_tag), AFTER_BARE: self._step_after_bare}
 
     def _reset_body(self) -> None:
         super()._reset_body()
@@ -709,7 +705,7 @@ class XmlParamsLexer(_ParamsLexer):
     def _complete_at_end(self) -> bool:
         if self._state == IN_WRAP:  # text after a complete function, up to the end
             self._texts.append((len(self._calls), self._function_end, self._size))
-        elif self._state == PEND and self._pend_kind == FUNC:  # the end of the text confirms it
+        elif self._state == PEND_END:  # the end of the text confirms it
             self._end_param(trim_close=True)
         else:  # in WRAP every function is closed
             return self._state == AFTER_BARE or (self._state == WRAP and bool(self._calls))
@@ -846,11 +842,10 @@ class XmlParamsLexer(_ParamsLexer):
             self._literals[kind] -= 1
         elif closes and kind != WRAPPER:  # the parameter end or the function end
             self._pend_at = at
-            self._pend_kind = kind  # which closer PEND is confirming
             if not self._wrapped and kind == FUNC:  # bare: nothing follows to confirm it
                 self._end_param(trim_close=True)
                 return self._end_function(out, i)
-            self._state = PEND
+            self._state = PEND_END if kind == FUNC else PEND if self._wrapped else PEND_BARE
         elif not closes and line_start:  # only line starts nest: tags inside a line are prose about tags
             if kind != PARAM or any(self._literals.values()):
                 self._literals[kind] += 1
@@ -860,18 +855,11 @@ class XmlParamsLexer(_ParamsLexer):
                 return self._read_name(IMPLICIT, i)
         return i
 
-    def _step_pend(self, buf: str, i: int, limit: int, out: list[Segment]) -> int | None:
-        if self._pend_kind == FUNC:
-            tags = self._wrap_tags
-        else:
-            tags = self._after_param if self._wrapped else self._body_tags
-        j, tag = self._tag_after_ws(buf, i, limit, tags)
-        if tag is _PARTIAL:
-            return self._wait(buf, j, limit, out)
+    def _pend_tag(self, buf: str, j: int, tag: str | None, out: list[Segment]) -> int | None:
         if tag is None:  # the closer and the whitespace after it are part of the value
             self._state = VALUE
             return j
-        self._end_param(trim_close=self._pend_kind == FUNC)
+        self._end_param(trim_close=self._state == PEND_END)
         if tag == self._WRAP_OPEN:  # the function end, then the next block: this one is complete
             return self._close(out, j)
         n = self._take_tag(buf, j, tag)
@@ -1106,6 +1094,7 @@ class LlamaCallsLexer(BlockLexer):
         b: LlamaCalls = self._body  # type: ignore[assignment]
         self._json = JsonScanner(stops="<")
         self._python = PythonScanner()
+        self._tagged_gap = re.compile(rf"[\s{re.escape(b.separator)}]*")
         func_cut = (b.function_end, b.function[0])
         return {
             START: self._step_start,
@@ -1134,8 +1123,8 @@ class LlamaCallsLexer(BlockLexer):
         # any whitespace or nothing at all (vLLM PR #49923 skips any run of `; \t\n`).
         return TAG_JSON if self._section == TAGGED and c == "{" and self._after_call else None
 
-    def _separators(self) -> str:
-        return self._body.separator if self._section == TAGGED else ""
+    def _gap_after(self) -> re.Pattern[str]:
+        return self._tagged_gap if self._section == TAGGED else _WS
 
     def _complete_at_end(self) -> bool:
         return self._state == FUNC_END
