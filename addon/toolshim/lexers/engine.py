@@ -176,8 +176,7 @@ class BlockLexer(Reporting):
         self._scope = scope
         self.judge = ToolCallJudge(scope)  # its validator cache and INVALID_SCHEMA notes
         self._max_held = max_held
-        # Without declared tools no block can be a call: nothing is held, nothing is scanned.
-        self._pass_through = not scope.tools
+        self._pass_through = not scope.tools  # nothing held, nothing scanned
         self.examined = 0  # characters of JSON bodies examined by the scanner, over the lexer's life
         self._steps: dict[str, Step] = {AFTER: self._step_after, **self._step_table()}
         self._reset()
@@ -226,6 +225,9 @@ class BlockLexer(Reporting):
         self._last = ""  # its last character (does a tag open a line?)
         self._name = ""  # the name being read
         self._value_at = 0  # where the current value begins in the block
+        # Text in the block that is no call (XmlParams: in the wrapper), shown when it becomes
+        # calls: (the number of calls before it, start, end).
+        self._texts: list[tuple[int, int, int]] = []
         self._reset_body()
 
     def feed(self, text: str) -> list[Segment]:
@@ -509,7 +511,9 @@ class BlockLexer(Reporting):
         self._trailers = ()  # (until the verdict sets them: read only while `_after_call`)
         calls = self._verdict(text) if judged else None
         if calls:
-            shown = self._between(text)  # text inside the block, shown in its place
+            shown: dict[int, str] = {}  # text inside the block, shown in its place
+            for k, start, end in self._texts:  # (whitespace before the next tag pads it)
+                shown[k] = shown.get(k, "") + text[start:end].rstrip()
             for k, (name, arguments, model_id) in enumerate(calls):
                 self._emit(out, shown.get(k, ""))
                 out += (CallBegin(self._call_id(model_id), name), CallArgs(arguments), CallEnd())
@@ -527,11 +531,6 @@ class BlockLexer(Reporting):
         """Not a call (not this dialect's block after all, cut short, past the cap): everything
         held goes out as text, then `rest`, nothing lost; TEXT reads on at `pos`."""
         return self._close(out, pos, rest, judged=False)
-
-    def _between(self, text: str) -> dict[int, str]:
-        """Text of the block `text` that is no call, by the index of the call it comes before
-        (the number of calls: after the last); shown when the block becomes calls."""
-        return {}
 
     def _call_id(self, model_id: str | None) -> str:
         """The model's id when it is usable and not taken in this scope, else a minted one."""
@@ -696,7 +695,6 @@ class XmlParamsLexer(_ParamsLexer):
         super()._reset_body()
         self._name_for = FUNC  # whose name NAME reads
         self._judged: Calls | None = None  # a bare function's calls, judged at its end
-        self._texts: list[tuple[int, int, int]] = []  # (calls before it, start, end): text in the wrapper
 
     @property
     def _wrapped(self) -> bool:  # the block opened with the wrapper, else with a bare function
@@ -747,12 +745,6 @@ class XmlParamsLexer(_ParamsLexer):
 
     def _verdict(self, text: str) -> Calls | None:
         return self._judged or super()._verdict(text)
-
-    def _between(self, text: str) -> dict[int, str]:
-        shown: dict[int, str] = {}
-        for k, start, end in self._texts:  # whitespace before the next tag pads it
-            shown[k] = shown.get(k, "") + text[start:end].rstrip()
-        return shown
 
     def _read_name(self, target: str, pos: int = 0) -> int:
         self._name_for = target
@@ -881,10 +873,9 @@ class KeyValuesLexer(_ParamsLexer):
     first key tag or the closer (a call with `{}`); KEY, up to the key end (any other `<`: text);
     KV, the value tag; VALUE, up to the value end; PEND: the value end counts when the next key,
     the closer or the next opener (judged as if closed) follows, else it was part of the value.
-    Complete at the end of the text: PEND (every value closed). Values are taken as
-    written (no newline comes off). With `escaped`, the whitespace that AFTER_NAME, KV and PEND
-    skip may hold the escaped separator; a block where one was skipped has its values unescaped
-    as the text of a JSON string (kept as written when that fails)."""
+    Complete at the end of the text: PEND (every value closed). Values are taken as written (no
+    newline comes off); with `escaped`, AFTER_NAME, KV and PEND skip escaped separators too, and
+    a value that does not unescape is kept as written."""
 
     _FIRST = {"open": KV_NAME}
 
@@ -892,7 +883,7 @@ class KeyValuesLexer(_ParamsLexer):
         b: KeyValues = self._body  # type: ignore[assignment]
         self._name_stop = re.compile(b.name_stop)
         self._gap = re.compile(rf"(?:\s|{re.escape(b.escaped)})*" if b.escaped else r"\s*")
-        return {KV_NAME: self._step_name, AFTER_NAME: self._at_tag((b.key[0], b.close), self._after_name), KEY: self._step_key,
+        return {KV_NAME: self._step_name, AFTER_NAME: self._at_tag((b.key[0], b.close), self._pend_tag), KEY: self._step_key,
                 KV: self._at_tag((b.value[0],), self._value_open), KV_VALUE: self._at_tag((b.value[1],), self._value_end, raw=True),
                 KV_PEND: self._at_tag((b.key[0], b.close, b.open), self._pend_tag)}
 
@@ -930,18 +921,6 @@ class KeyValuesLexer(_ParamsLexer):
         self._state = AFTER_NAME
         return j
 
-    def _after_name(self, buf: str, j: int, tag: str | None, out: list[Segment]) -> int | None:
-        if tag is None:  # `<tool_call> tags, like...`: prose, shown at once
-            return self._release(out, j)
-        return self._key_or_close(out, tag, self._take_tag(buf, j, tag))
-
-    def _key_or_close(self, out: list[Segment], tag: str, pos: int) -> int:
-        """`tag`, the closer or a key tag, was read: the block ends, or the next key begins."""
-        if tag == self._body.close:
-            return self._close(out, pos)
-        self._state = KEY
-        return pos
-
     def _step_key(self, buf: str, i: int, limit: int, out: list[Segment]) -> int | None:
         j, named = self._name_upto(buf, i, limit, _LT)
         tag = match_tag(buf, j, limit, (self._body.key[1],)) if named else None
@@ -967,14 +946,22 @@ class KeyValuesLexer(_ParamsLexer):
         return self._take_tag(buf, j, tag)
 
     def _pend_tag(self, buf: str, j: int, tag: str | None, out: list[Segment]) -> int | None:
+        """AFTER_NAME and PEND: a key tag or the closer (PEND: also the next opener) follows."""
+        if tag is None and self._state == AFTER_NAME:  # `<tool_call> tags, like...`: prose, shown at once
+            return self._release(out, j)
         if tag is None:  # part of the value, like the whitespace after it
             self._escaped = self._pend_escaped  # (and a separator read there was none)
             self._state = KV_VALUE
             return j
-        self._end_pair()
+        if self._state == KV_PEND:
+            self._end_pair()
         if tag == self._body.open:  # the closer is missing: the next block begins
             return self._close(out, j)
-        return self._key_or_close(out, tag, self._take_tag(buf, j, tag))
+        pos = self._take_tag(buf, j, tag)
+        if tag == self._body.close:
+            return self._close(out, pos)
+        self._state = KEY
+        return pos
 
     def _end_pair(self) -> None:
         self._calls[0][1].append((self._name, self._value_at, self._pend_at, False))
