@@ -168,6 +168,7 @@ class BlockLexer(Reporting):
     read one character past the cap, then release the block."""
 
     _LIVE = False  # LIVE padding (see the module docstring); else BLOCK
+    _initial = TEXT  # the state the text begins in
 
     def __init__(self, spec: Spec, scope: CallScope, *, max_held: int = 1 << 20) -> None:
         self._body = spec.body
@@ -209,7 +210,7 @@ class BlockLexer(Reporting):
         return _WS
 
     def _reset(self) -> None:
-        self._state = TEXT
+        self._state = self._initial
         self._tail = ""  # unread text: a possible beginning of a marker or tag
         self._pad = ""  # whitespace held in TEXT or AFTER (padding, see the module docstring)
         self._after_call = False  # the last thing out was a call: whitespace is held
@@ -644,10 +645,9 @@ class _ParamsLexer(BlockLexer):
 
 # -- XML parameters (Qwen3-Coder, MiniMax, Seed-OSS) ---------------------------------------------
 
-WRAP, NAME, BODY, VALUE, PEND, PEND_BARE, PEND_END = "wrap", "name", "body", "value", "pend", "pend_bare", "pend_end"
-IN_WRAP, AFTER_BARE = "in_wrap", "after_bare"
-FUNC, PARAM, IMPLICIT = "function", "parameter", "implicit"  # whose name NAME reads; kinds of element
-WRAPPER = "wrapper"
+WRAP, NAME, BODY, VALUE, IN_WRAP, AFTER_BARE = "wrap", "name", "body", "value", "in_wrap", "after_bare"
+PEND, PEND_BARE, PEND_END = "pend", "pend_bare", "pend_end"
+FUNC, PARAM, IMPLICIT, WRAPPER = "function", "parameter", "implicit", "wrapper"  # whose name NAME reads; kinds of element
 
 
 class XmlParamsLexer(_ParamsLexer):
@@ -686,10 +686,10 @@ class XmlParamsLexer(_ParamsLexer):
         self._value_tags = {self._PARAM_CLOSE: (PARAM, True), self._FUNC_CLOSE: (FUNC, True),
                             self._WRAP_CLOSE: (WRAPPER, True), self._PARAM_OPEN: (PARAM, False),
                             self._FUNC_OPEN: (FUNC, False), self._WRAP_OPEN: (WRAPPER, False)}
-        return {WRAP: self._at_tag(wrap_tags, self._wrap_tag), NAME: self._step_name, BODY: self._at_tag(body_tags, self._body_tag),
+        return {WRAP: self._at_tag(wrap_tags, self._next_tag), NAME: self._step_name, BODY: self._at_tag(body_tags, self._next_tag),
                 VALUE: self._at_tag(self._value_tags, self._value_tag, raw=True), IN_WRAP: self._at_tag(wrap_tags, self._in_wrap_tag, raw=True),
-                PEND: self._at_tag(body_tags + (self._WRAP_CLOSE,), self._pend_tag), PEND_BARE: self._at_tag(body_tags, self._pend_tag),
-                PEND_END: self._at_tag(wrap_tags, self._pend_tag), AFTER_BARE: self._step_after_bare}
+                PEND: self._at_tag(body_tags + (self._WRAP_CLOSE,), self._next_tag), PEND_BARE: self._at_tag(body_tags, self._next_tag),
+                PEND_END: self._at_tag(wrap_tags, self._next_tag), AFTER_BARE: self._step_after_bare}
 
     def _reset_body(self) -> None:
         super()._reset_body()
@@ -716,17 +716,29 @@ class XmlParamsLexer(_ParamsLexer):
                 raw = raw[1:-1]
         return raw or None
 
-    def _wrap_tag(self, buf: str, j: int, tag: str | None, out: list[Segment]) -> int | None:
-        if tag == self._FUNC_OPEN:
-            return self._read_name(FUNC, self._take_tag(buf, j, tag))
-        if not self._calls:  # `<tool_call>{` (Hermes), `<tool_call>name` (GLM), prose: not ours
+    def _next_tag(self, buf: str, j: int, tag: str | None, out: list[Segment]) -> int | None:
+        """WRAP, BODY and the PEND states: the tag that follows a part (None: something else)."""
+        pending = self._state in (PEND, PEND_BARE, PEND_END)
+        if tag is None and pending:  # the closer and the whitespace after it are part of the value
+            self._state = VALUE
+            return j
+        if tag is None and self._state == WRAP and self._calls:  # text after a complete function: held, shown in place
+            self._state = IN_WRAP
+            return j
+        if tag is None or not (self._calls or tag == self._FUNC_OPEN):
+            # `<tool_call>{` (Hermes), `<tool_call>name` (GLM), `use <function=NAME> tags`, Llama's
+            # `<function=NAME>{json}`, prose: not ours
             return self._release(out, j)
-        if tag == self._WRAP_CLOSE:
-            return self._close(out, self._take_tag(buf, j, tag))
-        if tag == self._WRAP_OPEN:  # the end tag is missing: the next block begins
+        if pending:
+            self._end_param(trim_close=self._state == PEND_END)
+        if tag == self._WRAP_OPEN:  # the end tag is missing: the next block begins, this one is complete
             return self._close(out, j)
-        self._state = IN_WRAP  # text after a complete function: held with the block, shown in place
-        return j
+        end = self._take_tag(buf, j, tag)
+        if tag in self._reads_name:
+            return self._read_name(self._reads_name[tag], end)
+        if tag == self._WRAP_CLOSE:  # (after the function end: it was missing, or confirmed)
+            return self._close(out, end)
+        return self._end_function(out, end)  # (after the parameter end too)
 
     def _in_wrap_tag(self, buf: str, j: int, tag: str, out: list[Segment]) -> int | None:
         self._texts.append((len(self._calls), self._function_end, self._size))
@@ -806,23 +818,15 @@ class XmlParamsLexer(_ParamsLexer):
         return text[start:end].removeprefix("\n").removesuffix("\n")
 
     def _end_function(self, out: list[Segment], pos: int) -> int:
-        if not self._wrapped:  # a bare function is the whole block (an orphan closer aside)
-            # Judged now: a block that is text goes at once, calls wait for what follows them.
-            self._judged = super()._verdict(self._raw.text())
-            if not self._judged:
-                return self._release(out, pos)
-            self._state = AFTER_BARE
+        if self._wrapped:
+            self._function_end = self._size  # where the last function's closer ended
+            self._state = WRAP
             return pos
-        self._function_end = self._size  # where the last function's closer ended
-        self._state = WRAP
-        return pos
-
-    def _body_tag(self, buf: str, j: int, tag: str | None, out: list[Segment]) -> int | None:
-        if tag is None:  # `use <function=NAME> tags`, Llama's `<function=NAME>{json}`: not ours
-            return self._release(out, j)
-        if tag == self._PARAM_OPEN:
-            return self._read_name(PARAM, self._take_tag(buf, j, tag))
-        return self._end_function(out, self._take_tag(buf, j, tag))
+        # A bare function is the whole block (an orphan closer aside), judged now: a block that
+        # is text goes at once, calls wait for what follows them.
+        self._judged = super()._verdict(self._raw.text())
+        self._state = AFTER_BARE
+        return pos if self._judged else self._release(out, pos)
 
     def _value_tag(self, buf: str, j: int, tag: str, out: list[Segment]) -> int | None:
         """VALUE: raw text; only the dialect's tags matter, and only some of them count."""
@@ -846,20 +850,6 @@ class XmlParamsLexer(_ParamsLexer):
                 self._pend_at = at
                 return self._read_name(IMPLICIT, i)
         return i
-
-    def _pend_tag(self, buf: str, j: int, tag: str | None, out: list[Segment]) -> int | None:
-        if tag is None:  # the closer and the whitespace after it are part of the value
-            self._state = VALUE
-            return j
-        self._end_param(trim_close=self._state == PEND_END)
-        if tag == self._WRAP_OPEN:  # the function end, then the next block: this one is complete
-            return self._close(out, j)
-        n = self._take_tag(buf, j, tag)
-        if tag in self._reads_name:
-            return self._read_name(self._reads_name[tag], n)
-        if tag == self._WRAP_CLOSE:  # the function end was missing, or confirmed
-            return self._close(out, n)
-        return self._end_function(out, n)  # the parameter end, then the function end
 
 
 # -- key / value pairs (GLM) ---------------------------------------------------------------------
@@ -1074,7 +1064,7 @@ class LlamaCallsLexer(BlockLexer):
     _FIRST = {FUNCTION: FUNC_NAME, NAMED: FUNC_NAME, PYTHON: PY_OPEN, TAGGED: TAG_OPEN}
 
     def __init__(self, spec: Spec, scope: CallScope, *, max_held: int = 1 << 20, bare_json: bool = False) -> None:
-        self._bare_json = bare_json
+        self._initial = START if bare_json else TEXT
         super().__init__(spec, scope, max_held=max_held)
 
     def _step_table(self) -> dict[str, Step]:
@@ -1094,11 +1084,6 @@ class LlamaCallsLexer(BlockLexer):
             TAG_OPEN: self._opener("{", TAG_JSON),
             TAG_JSON: self._follow(self._json, (b.tagged,) + b.tagged_ends, self._close),
         }
-
-    def _reset(self) -> None:
-        super()._reset()
-        if self._bare_json:
-            self._state = START
 
     def _reset_body(self) -> None:
         self._value_end = -1  # FUNC_END: where it ended
