@@ -264,8 +264,7 @@ class BlockLexer(Reporting):
             if self._state == TEXT:
                 pos = self._scan_text(buf, pos, out, final)
                 continue
-            # Never read past the cap: the block is released at the same character of the
-            # block however the text was split. `pos - size` is where the block began.
+            # Never read past the cap (see the module docstring); `pos - size` is where the block began.
             limit = min(len(buf), max(pos, pos + self._max_held - self._size))
             while self._state != TEXT and pos is not None:
                 pos = self._steps[self._state](buf, pos, limit, out)
@@ -320,14 +319,10 @@ class BlockLexer(Reporting):
         self._take(buf, j, j + len(tag))
         return j + len(tag)
 
-    def _skip_ws(self, buf: str, i: int, limit: int) -> int:
-        j = _WS.match(buf, i, limit).end()
-        self._take(buf, i, j)
-        return j
-
     def _tag_after_ws(self, buf: str, i: int, limit: int, tags: tuple[str, ...]) -> tuple[int, Any]:
         """BLOCK: whitespace from `i` is held; where it ends and `match_tag` there (`_PARTIAL`: wait)."""
-        j = self._skip_ws(buf, i, limit)
+        j = _WS.match(buf, i, limit).end()
+        self._take(buf, i, j)
         return j, match_tag(buf, j, limit, tags)
 
     def _scan_to_tag(self, buf: str, i: int, limit: int, tags: Collection[str]) -> tuple[int, Any]:
@@ -883,8 +878,7 @@ class KeyValuesLexer(_ParamsLexer):
         self._pend_escaped = False  # `_escaped` when the value end PEND confirms was read
 
     def _tag_after_ws(self, buf: str, i: int, limit: int, tags: tuple[str, ...]) -> tuple[int, Any]:
-        """Whitespace and escaped separators, then the tag; `_PARTIAL` also where an escaped
-        separator may be cut short (more text decides)."""
+        """Whitespace and escaped separators, then the tag (`_PARTIAL` also: a separator cut short)."""
         sep = self._body.escaped
         j = self._gap.match(buf, i, limit).end()
         self._take(buf, i, j)
@@ -900,7 +894,7 @@ class KeyValuesLexer(_ParamsLexer):
 
     def _step_name(self, buf: str, i: int, limit: int, out: list[Segment]) -> int | None:
         if not self._name:  # whitespace before the name
-            i = self._skip_ws(buf, i, limit)
+            i = self._take_tag(buf, i, _WS.match(buf, i, limit).group())
         j, named = self._name_upto(buf, i, limit, self._name_stop)
         if named and j == limit:
             return self._wait(buf, j, limit, out)
