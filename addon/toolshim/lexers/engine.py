@@ -23,11 +23,9 @@ here once (the special-token dialects, machines of their own, share tokens.py's)
 * Guarded closers: a body may read a closer and wait for what follows it (PEND) before it
   counts; the look-ahead is at most one tag. A block whose closer is missing is judged as if
   closed when the next block's opener follows a complete part, or the text ends after one.
+* A block still open at the end of the text is text, unless it is complete (each kind says
+  when: vLLM and llama.cpp accept that); a tag cut short there goes with the block.
 * Without declared tools nothing can be a call: everything passes through at once.
-
-Each body kind is a subclass of `BlockLexer` with one step per state (`_step_table`): a step
-reads `buf` from a position up to `limit` and returns where reading goes on, or None: it waits
-for more text. Every character of a block is read once, plus a bounded look-ahead.
 """
 
 from __future__ import annotations
@@ -35,10 +33,9 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Collection
-from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
-from ..calls import INVALID_JSON, SCHEMA_MISMATCH, STRICT_FAILURE, UNKNOWN_NAME, CallScope
+from ..calls import INVALID_JSON, UNKNOWN_NAME, CallScope
 from ..judge import Calls, NotACall, ToolCallJudge, call_entries, judge_call, judge_entries, pythonic_entries
 from ..schema import _properties, coerce_value, compact_json
 from .base import CLOSED, MORE, STOP, WAIT, CallArgs, CallBegin, CallEnd, JsonScanner, Marker, Reporting, Segment, Text, TextPieces, excerpt, find_marker
@@ -67,8 +64,7 @@ def match_tag(buf: str, j: int, limit: int, tags: Collection[str]) -> Any:
 # -- specs (a body with one `open` is opened by it alone) ----------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class JsonCalls:
+class JsonCalls(NamedTuple):
     """A JSON call object `{"name", "arguments"}` or a list of them, between `open` and `close`.
     `close=""`: no closer, the block ends with its value (Granite 3); `name_key`: the key that
     names the tool (Command's `tool_name`; its arguments are `parameters`, which the judge reads)."""
@@ -78,8 +74,7 @@ class JsonCalls:
     name_key: str = "name"
 
 
-@dataclass(frozen=True, slots=True)
-class XmlParams:
+class XmlParams(NamedTuple):
     """Function elements holding parameter elements, optionally in a wrapper, typed by schema."""
 
     wrap: tuple[str, str]
@@ -94,8 +89,7 @@ class XmlParams:
         return (Marker(self.wrap[0], "wrap"),) + ((Marker(self.function[0], "bare"),) if self.bare else ())
 
 
-@dataclass(frozen=True, slots=True)
-class KeyValues:
+class KeyValues(NamedTuple):
     """A name right after the opening tag, then key / value pairs up to the closer. `escaped`: a
     separator that may arrive escaped (GLM-4.6's literal backslash-n): taken as whitespace, and a
     block that has one had its values escaped too, so they are unescaped (JSON string escapes)."""
@@ -104,12 +98,11 @@ class KeyValues:
     close: str
     key: tuple[str, str]
     value: tuple[str, str]
-    name_chars: str = r"[\w.:/-]"
+    name_stop: str = r"[^\w.:/-]"  # a character that ends the name
     escaped: str = ""
 
 
-@dataclass(frozen=True, slots=True)
-class NamedCalls:
+class NamedCalls(NamedTuple):
     """After `open`: a JSON list of call objects, or calls written `NAME`, optionally `call_id` and
     the model's id, optionally `args`, then the arguments object, back to back. No closer: a call
     ends with its value. LIVE padding; a name right after a call is the next call."""
@@ -120,8 +113,7 @@ class NamedCalls:
     pad: str = r"[\s\u2581]*"  # held after `open` (`▁`: SentencePiece's space)
 
 
-@dataclass(frozen=True, slots=True)
-class LlamaCalls:
+class LlamaCalls(NamedTuple):
     """Three spellings, each with its own opener: a `function` tag around a JSON object (the
     second opener ends its name at `">`), a Python list of calls after `python[0]` (literals
     only, never evaluated), call objects after `tagged` separated by `separator`, whitespace or
@@ -141,23 +133,15 @@ class LlamaCalls:
 Body = JsonCalls | XmlParams | KeyValues | NamedCalls | LlamaCalls
 
 
-@dataclass(frozen=True, slots=True)
 class Spec:
-    """A dialect the engine reads: its name (for notes and counters) and its body."""
+    """A dialect the engine reads: its name (for notes and counters), its body, the markers that
+    open a block in text (made once: `find_marker` caches by them) and `starts`, their texts."""
 
-    name: str
-    body: Body
-    opens: tuple[Marker, ...] = field(init=False)  # what opens a block in text
-
-    def __post_init__(self) -> None:
-        body = self.body
-        opens = body.markers() if isinstance(body, XmlParams | LlamaCalls) else (Marker(body.open, "open"),)
-        object.__setattr__(self, "opens", opens)
-
-    @property
-    def starts(self) -> tuple[str, ...]:
-        """The markers that may begin this dialect's markup."""
-        return tuple(m.text for m in self.opens)
+    def __init__(self, name: str, body: Body) -> None:
+        self.name = name
+        self.body = body
+        self.opens = body.markers() if isinstance(body, XmlParams | LlamaCalls) else (Marker(body.open, "open"),)
+        self.starts = tuple(m.text for m in self.opens)
 
 
 def lexer(spec: Spec, scope: CallScope, *, max_held: int = 1 << 20, **options: Any) -> BlockLexer:
@@ -169,19 +153,22 @@ def lexer(spec: Spec, scope: CallScope, *, max_held: int = 1 << 20, **options: A
 # -- the engine --------------------------------------------------------------------------------
 
 Step = Callable[[str, int, int, list[Segment]], "int | None"]
-Then = Callable[[str, int, list[Segment]], "int | None"]  # what a LIVE step makes of `buf[end]`
+Then = Callable[[str, int, Any, list[Segment]], "int | None"]  # what a step makes of `buf[j]`, a tag found there
 
 
 class BlockLexer(Reporting):
-    """Text, padding, holding a block, the cap and the verdict: everything but the body's grammar.
+    """Everything but the body's grammar: text, padding, holding a block, the cap, the verdict.
 
-    A body kind gives `_step_table`, `_FIRST` (the state an opening marker of each kind begins),
-    `_reset_body` and `_verdict(text)` ((name, arguments, the model's id or None) of the calls of
-    the block `text`, admitted; None: it is text). Its steps hold what they read (`_take`) and
-    check the cap one of two ways: BLOCK steps read up to `limit` and `_wait` there; LIVE steps
-    (`_held`, `_follow`) read one character past the cap, then release the block."""
+    A body kind gives `_step_table` (one step per state: it reads `buf` from a position up to
+    `limit` and returns where reading goes on, or None: it waits for more text), `_FIRST` (the
+    state an opening marker of each kind begins), `_reset_body` and `_verdict(text)` (the calls
+    of the block `text`, admitted; None: it is text). Steps hold what they read (`_take`): every
+    character of a block once, plus a bounded look-ahead. They check the cap one of two ways:
+    BLOCK steps (`_at_tag`) read up to `limit` and `_wait` there; LIVE steps (`_held`, `_follow`)
+    read one character past the cap, then release the block."""
 
     _LIVE = False  # LIVE padding (see the module docstring); else BLOCK
+    _initial = TEXT  # the state the text begins in
 
     def __init__(self, spec: Spec, scope: CallScope, *, max_held: int = 1 << 20) -> None:
         self._body = spec.body
@@ -190,8 +177,7 @@ class BlockLexer(Reporting):
         self._scope = scope
         self.judge = ToolCallJudge(scope)  # its validator cache and INVALID_SCHEMA notes
         self._max_held = max_held
-        # Without declared tools no block can be a call: nothing is held, nothing is scanned.
-        self._pass_through = not scope.tools
+        self._pass_through = not scope.tools  # nothing held, nothing scanned
         self.examined = 0  # characters of JSON bodies examined by the scanner, over the lexer's life
         self._steps: dict[str, Step] = {AFTER: self._step_after, **self._step_table()}
         self._reset()
@@ -200,14 +186,17 @@ class BlockLexer(Reporting):
 
     def _finish_block(self, out: list[Segment], tail: str) -> None:
         """The text ended inside a block (`tail`: unread, a possible tag cut short). LIVE steps read
-        `_final`: none keeps a tail; a block still open then is text, unless `_complete_at_end`."""
-        self._run(tail, out, final=True)
-        if self._state in (TEXT, AFTER):
-            return
-        if self._complete_at_end():  # vLLM and llama.cpp accept a tag left open at the end
-            self._close(out, 0, implied=True)
-        else:
-            self._release(out)
+        the tail knowing it (`_final`) and keep none; a BLOCK's goes with the block."""
+        if self._LIVE:
+            self._run(tail, out, final=True)
+            tail = ""
+            if self._state in (TEXT, AFTER):
+                return
+        if self._complete_at_end():
+            self._take(tail, 0, len(tail))
+            self._close(out, 0, implied=self._LIVE)
+        else:  # nothing complete was a call: everything held is text, nothing lost
+            self._release(out, 0, tail)
 
     def _complete_at_end(self) -> bool:
         return False
@@ -216,12 +205,12 @@ class BlockLexer(Reporting):
         """AFTER: the state `c` begins when it continues the calls without a marker (None: not)."""
         return None
 
-    def _separators(self) -> str:
-        """AFTER: the characters held with whitespace between the calls of the last block."""
-        return ""
+    def _gap_after(self) -> re.Pattern[str]:
+        """AFTER: what is held as whitespace after the last block (separators between its calls too)."""
+        return _WS
 
     def _reset(self) -> None:
-        self._state = TEXT
+        self._state = self._initial
         self._tail = ""  # unread text: a possible beginning of a marker or tag
         self._pad = ""  # whitespace held in TEXT or AFTER (padding, see the module docstring)
         self._after_call = False  # the last thing out was a call: whitespace is held
@@ -235,6 +224,11 @@ class BlockLexer(Reporting):
         self._raw = TextPieces()  # the block as written, marker included
         self._size = 0  # its length: offsets into the block are counted in it
         self._last = ""  # its last character (does a tag open a line?)
+        self._name = ""  # the name being read
+        self._value_at = 0  # where the current value begins in the block
+        # Text in the block that is no call (XmlParams: in the wrapper), shown when it becomes
+        # calls: (the number of calls before it, start, end).
+        self._texts: list[tuple[int, int, int]] = []
         self._reset_body()
 
     def feed(self, text: str) -> list[Segment]:
@@ -270,8 +264,7 @@ class BlockLexer(Reporting):
             if self._state == TEXT:
                 pos = self._scan_text(buf, pos, out, final)
                 continue
-            # Never read past the cap: the block is released at the same character of the
-            # block however the text was split. `pos - size` is where the block began.
+            # Never read past the cap (see the module docstring); `pos - size` is where the block began.
             limit = min(len(buf), max(pos, pos + self._max_held - self._size))
             while self._state != TEXT and pos is not None:
                 pos = self._steps[self._state](buf, pos, limit, out)
@@ -326,14 +319,10 @@ class BlockLexer(Reporting):
         self._take(buf, j, j + len(tag))
         return j + len(tag)
 
-    def _skip_ws(self, buf: str, i: int, limit: int) -> int:
-        j = _WS.match(buf, i, limit).end()
-        self._take(buf, i, j)
-        return j
-
     def _tag_after_ws(self, buf: str, i: int, limit: int, tags: tuple[str, ...]) -> tuple[int, Any]:
         """BLOCK: whitespace from `i` is held; where it ends and `match_tag` there (`_PARTIAL`: wait)."""
-        j = self._skip_ws(buf, i, limit)
+        j = _WS.match(buf, i, limit).end()
+        self._take(buf, i, j)
         return j, match_tag(buf, j, limit, tags)
 
     def _scan_to_tag(self, buf: str, i: int, limit: int, tags: Collection[str]) -> tuple[int, Any]:
@@ -351,18 +340,29 @@ class BlockLexer(Reporting):
             self._take(buf, j, j + 1)
             i = j + 1
 
-    def _name_upto(self, buf: str, i: int, limit: int, stop: re.Pattern[str], name: str) -> tuple[int, str | None]:
-        """BLOCK: name characters from `i` (after `name`, read before) are held up to `stop`: where
-        they end (`limit`: `_wait`) and the name so far; None: longer than MAX_NAME, no name."""
-        room = MAX_NAME - len(name)
+    def _at_tag(self, tags: Collection[str], then: Then, raw: bool = False) -> Step:
+        """A BLOCK step: whitespace (`raw`: any text) up to a tag of `tags` is held, then
+        `then(buf, j, tag, out)` reads on from `j` (`tag` None: another character is there)."""
+
+        def step(buf: str, i: int, limit: int, out: list[Segment]) -> int | None:
+            j, tag = (self._scan_to_tag if raw else self._tag_after_ws)(buf, i, limit, tags)
+            return self._wait(buf, j, limit, out) if tag is _PARTIAL else then(buf, j, tag, out)
+
+        return step
+
+    def _name_upto(self, buf: str, i: int, limit: int, stop: re.Pattern[str]) -> tuple[int, bool]:
+        """BLOCK: name characters from `i` are held and added to `_name`, up to `stop`: where they
+        end (`limit`: `_wait`); False: the name grew longer than MAX_NAME, it is none."""
+        room = MAX_NAME - len(self._name)
         end = min(limit, i + room + 1)
         found = stop.search(buf, i, end)
         if found is None and end - i > room:
             self._take(buf, i, i + room)
-            return i + room, None
+            return i + room, False
         j = end if found is None else found.start()
         self._take(buf, i, j)
-        return j, name + buf[i:j]
+        self._name += buf[i:j]
+        return j, True
 
     def _hold(self, buf: str, j: int) -> None:
         """`buf[j:]` is kept unread: the next piece decides (None: the step waits for it)."""
@@ -383,10 +383,11 @@ class BlockLexer(Reporting):
             return True
         return False
 
-    def _held(self, then: Then, run: re.Pattern[str] = _WS, name: str = "", most: int = 0) -> Step:
-        """A LIVE step: a run of `run` (whitespace) is held, then `then(buf, end, out)` reads the
-        character after it. `name`: the attribute the run is added to, a name of at most `most`
-        characters (a longer run is prose: not a call)."""
+    def _held(self, then: Then, run: re.Pattern[str] = _WS, name: str = "", most: int = 0, tags: tuple[str, ...] = ()) -> Step:
+        """A LIVE step: a run of `run` (whitespace) is held, then `then(buf, end, tag, out)` reads
+        the character after it (`tag`: the one of `tags` there, or None; a tag cut short waits).
+        `name`: the attribute the run is added to, a name of at most `most` characters (a longer
+        run is prose: not a call)."""
 
         def step(buf: str, i: int, limit: int, out: list[Segment]) -> int | None:
             room = self._room(i, len(buf))
@@ -401,7 +402,10 @@ class BlockLexer(Reporting):
                 setattr(self, name, read + buf[i:end])
                 if len(read) + end - i > most:
                     return self._release(out, end)
-            return None if end == len(buf) else then(buf, end, out)
+            if end == len(buf):
+                return None
+            tag = self._tag(buf, end, tags)
+            return self._hold(buf, end) if tag is _PARTIAL else then(buf, end, tag, out)
 
         return step
 
@@ -411,7 +415,7 @@ class BlockLexer(Reporting):
         `<|python_tag|>` before code for Llama's own interpreter, a model explaining the syntax:
         the tag shows now, its prose streams live)."""
 
-        def then(buf: str, end: int, out: list[Segment]) -> int | None:
+        def then(buf: str, end: int, tag: None, out: list[Segment]) -> int | None:
             if buf[end] not in first:
                 return self._release(out, end)
             if mark:
@@ -459,10 +463,7 @@ class BlockLexer(Reporting):
     def _step_after(self, buf: str, pos: int, limit: int, out: list[Segment]) -> int | None:
         """AFTER: whitespace (and separators) after a block; what follows says whose it is."""
         n = len(buf)
-        seps = self._separators()
-        end = pos
-        while end < n and (buf[end].isspace() or buf[end] in seps):
-            end += 1
+        end = self._gap_after().match(buf, pos).end()
         self._pad += buf[pos:end]
         if not self._after_call:  # after text it is text, whatever follows
             self._send_pad(out)
@@ -472,12 +473,8 @@ class BlockLexer(Reporting):
             return None
         if self._after_call and self._trailers:
             tag = match_tag(buf, end, n, self._trailers)
-            if tag is _PARTIAL:  # an end token cut short at the end is markup too
-                if self._final:
-                    self._trailers = ()
-                else:
-                    self._hold(buf, end)
-                return None
+            if tag is _PARTIAL:  # an end token cut short: held; at the end of the text, markup too
+                return None if self._final else self._hold(buf, end)
             if tag is not None:  # the end token of the calls: markup, swallowed
                 self._trailers = ()
                 return end + len(tag)
@@ -488,7 +485,6 @@ class BlockLexer(Reporting):
         if tag is None and state is None:
             return self._to_text(out, end)
         self._block_pad, self._pad = self._pad, ""  # the next block takes the padding of calls
-        self._trailers = ()
         if tag is not None:
             return self._open(buf, end, self._opens_by_text[tag])
         self._state = state
@@ -497,7 +493,6 @@ class BlockLexer(Reporting):
     def _to_text(self, out: list[Segment], pos: int) -> int:
         """AFTER: prose follows; the padding goes back in front of it."""
         self._send_pad(out)
-        self._trailers = ()
         self._state = TEXT
         return pos
 
@@ -507,13 +502,14 @@ class BlockLexer(Reporting):
         """The block ended (by `closer`, not held, or `implied` by what follows: whitespace at
         its end then pads what comes next): its calls, else its text. TEXT (LIVE: AFTER) at `pos`."""
         text = self._raw.text()
-        trailing = ""
-        if implied:
-            body = text.rstrip()
-            text, trailing = body, text[len(body) :]
+        body = text.rstrip() if implied else text
+        text, trailing = body, text[len(body) :]
+        self._trailers = ()  # (until the verdict sets them: read only while `_after_call`)
         calls = self._verdict(text) if judged else None
         if calls:
-            shown = self._between(text)  # text inside the block, shown in its place
+            shown: dict[int, str] = {}  # text inside the block, shown in its place
+            for k, start, end in self._texts:  # (whitespace before the next tag pads it)
+                shown[k] = shown.get(k, "") + text[start:end].rstrip()
             for k, (name, arguments, model_id) in enumerate(calls):
                 self._emit(out, shown.get(k, ""))
                 out += (CallBegin(self._call_id(model_id), name), CallArgs(arguments), CallEnd())
@@ -522,21 +518,15 @@ class BlockLexer(Reporting):
         else:
             self._emit(out, self._block_pad + text + closer)
             self._after_call = False
-            self._trailers = ()
         self._state = AFTER if self._LIVE and judged else TEXT
         self._reset_block()
         self._pad = trailing
         return pos
 
-    def _release(self, out: list[Segment], pos: int = 0, rest: str = "", implied: bool = False) -> int:
+    def _release(self, out: list[Segment], pos: int = 0, rest: str = "") -> int:
         """Not a call (not this dialect's block after all, cut short, past the cap): everything
         held goes out as text, then `rest`, nothing lost; TEXT reads on at `pos`."""
-        return self._close(out, pos, rest, implied, judged=False)
-
-    def _between(self, text: str) -> dict[int, str]:
-        """Text of the block `text` that is no call, by the index of the call it comes before
-        (the number of calls: after the last); shown when the block becomes calls."""
-        return {}
+        return self._close(out, pos, rest, judged=False)
 
     def _call_id(self, model_id: str | None) -> str:
         """The model's id when it is usable and not taken in this scope, else a minted one."""
@@ -557,12 +547,9 @@ OPEN, JSON = "open", "json"
 
 
 class JsonCallsLexer(BlockLexer):
-    """`open`, whitespace, then `{` or `[` (else not a call, released at once), then a JSON value
-    followed through strings, escapes and depth. The block ends at the closer outside strings; at
-    the next opener outside strings (a complete value is judged as if closed, an incomplete one
-    is text); or at the end of the text (a complete value is judged). "Complete": the top-level
-    value closed and only whitespace follows it. A `<` outside strings looks ahead at most one
-    closer's length."""
+    """`open`, whitespace, then a JSON value (`{` or `[`) followed through strings, escapes and
+    depth, up to the closer (or the next opener) outside strings. Complete: the top-level value
+    closed and only whitespace after it. A `<` outside strings looks ahead one closer's length."""
 
     _FIRST = {"open": OPEN}
 
@@ -595,25 +582,21 @@ class JsonCallsLexer(BlockLexer):
         return j
 
     def _tag_read(self, out: list[Segment], j: int, tag: str) -> int:
-        """The closer ends the block; so does the next opener (the closer is missing)."""
+        """The closer ends the block; so does the next opener (the closer is missing: a complete
+        value is judged, an incomplete one is text)."""
         if tag == self._body.close:
             return self._close(out, j + len(tag), closer=tag)
-        if self._complete():
-            return self._close(out, j, implied=True)
-        return self._release(out, j, implied=True)
+        return self._close(out, j, implied=True, judged=self._complete())
 
     def _complete(self) -> bool:
         return self._value_end >= 0 and not self._raw.text()[self._value_end :].strip()
 
     def _finish_block(self, out: list[Segment], tail: str) -> None:
-        if self._state == JSON and self._complete():
-            # vLLM accepts a block left open until the end. A tag cut in half at the end is
-            # part of the markup: it goes with the block.
-            self._close(out, 0, implied=True)
-            if not self._after_call:
-                self._send_pad(out, tail)
-        else:  # OPEN, or a value cut short: nothing was a call, nothing is lost
-            self._release(out, 0, tail)
+        if self._state != JSON or not self._complete():  # OPEN, or a value cut short
+            return super()._finish_block(out, tail)
+        self._close(out, 0, implied=True)  # the tail goes with the calls, or after the text
+        if not self._after_call:
+            self._send_pad(out, tail)
 
     def _verdict(self, text: str) -> Calls | None:
         block = text[len(self._body.open) :]
@@ -628,100 +611,47 @@ class JsonCallsLexer(BlockLexer):
 # -- held calls with parameters: what XmlParams and KeyValues share ------------------------------
 
 
-@dataclass(slots=True)
-class _Param:
-    """A parameter of a call: its name and where its value lies in the block's text."""
-
-    name: str
-    start: int
-    end: int
-    trim_close: bool = False  # ended by the function's closer: a parameter closer before it is markup
-
-
-@dataclass(slots=True)
-class _Call:
-    name: str
-    params: list[_Param] = field(default_factory=list)
-
-
 class _ParamsLexer(BlockLexer):
-    """Calls built from named raw values, typed by the tool's schema (`coerce_value`)."""
-
-    _STRIP_NEWLINES = True  # one leading and one trailing newline of a value are markup
+    """Calls built from named raw values, typed by the tool's schema (`coerce_value`). `_calls`:
+    (name, parameters) of each call; a parameter is (name, start, end, trim_close): where its
+    value lies in the block's text, and whether the function's closer ended it (then a parameter
+    closer right before that is markup). Each kind reads a value's text its own way (`_value_text`)."""
 
     def _reset_body(self) -> None:
-        self._calls: list[_Call] = []
-        self._escaped = False  # an escaped separator was read: the values are escaped too
-
-    def _finish_block(self, out: list[Segment], tail: str) -> None:
-        if self._complete_at_end():
-            # vLLM accepts a block left open at the end. A tag cut short at the end is part of
-            # the markup: it goes with the block (dropped with its calls, shown with its text).
-            self._take(tail, 0, len(tail))
-            self._close(out, 0)
-        else:  # nothing complete was a call: everything held is text, nothing lost
-            self._release(out, 0, tail)
+        self._calls: list[tuple[str, list[tuple[str, int, int, bool]]]] = []
+        self._pend_at = 0  # where the closer PEND is confirming began: the value's end if it counts
 
     def _verdict(self, text: str) -> Calls | None:
-        """All or nothing, like a list in a JSON block; problems noted as the judge notes them."""
-        if not self._calls:
-            return None
+        """All or nothing: every name is checked first, then the judge reads the typed arguments
+        as a JSON list of calls (its notes, in its order)."""
         tools = self._scope.tools
-        for call in self._calls:
-            if call.name not in tools:
-                self._scope.note(UNKNOWN_NAME, f"{excerpt(call.name)} is not a declared tool")
+        for name, _ in self._calls:
+            if name not in tools:
+                self._scope.note(UNKNOWN_NAME, f"{excerpt(name)} is not a declared tool")
                 return None
-        built: Calls = []
-        notes: list[tuple[str, str]] = []
-        for call in self._calls:
-            spec = tools[call.name]
-            properties = _properties(spec) or {}
-            arguments = {p.name: coerce_value(self._value_text(text, p), properties.get(p.name)) for p in call.params}
-            error = self.judge.schema_error(spec, arguments)
-            if error is not None:
-                if spec.strict:
-                    self._scope.note(STRICT_FAILURE, f"{call.name}: {error}")
-                    return None
-                notes.append((SCHEMA_MISMATCH, f"{call.name}: {error}"))
-            built.append((call.name, compact_json(arguments), None))
-        if not self._scope.admit_all([name for name, _, _ in built]):
-            return None
-        for problem, detail in notes:
-            self._scope.note(problem, detail)
-        return built
-
-    def _value_text(self, text: str, param: _Param) -> str:
-        end = param.end
-        if param.trim_close:  # (XmlParams) its parameter closer, before the function's, is markup
-            body = text[param.start : end].rstrip()
-            if body.endswith(self._PARAM_CLOSE):
-                end = param.start + len(body) - len(self._PARAM_CLOSE)
-        value = text[param.start : end]
-        if self._STRIP_NEWLINES:
-            value = value.removeprefix("\n")
-            value = value.removesuffix("\n")
-        if self._escaped:  # (KeyValues) read as the text of a JSON string, else as written
-            try:
-                return json.loads(f'"{value}"', strict=False)
-            except ValueError:
-                pass
-        return value
+        entries = []
+        for name, params in self._calls:
+            properties = _properties(tools[name]) or {}
+            arguments = {key: coerce_value(self._value_text(text, *where), properties.get(key)) for key, *where in params}
+            entries.append({"name": name, "arguments": arguments})
+        calls = self.judge.verdict(compact_json(entries)) if entries else None
+        return [(call.name, call.arguments, None) for call in calls] if calls else None
 
 
 # -- XML parameters (Qwen3-Coder, MiniMax, Seed-OSS) ---------------------------------------------
 
-WRAP, NAME, BODY, VALUE, PEND = "wrap", "name", "body", "value", "pend"
-IN_WRAP, AFTER_BARE = "in_wrap", "after_bare"
-FUNC, PARAM, IMPLICIT = "function", "parameter", "implicit"  # whose name NAME reads; kinds of element
-WRAPPER = "wrapper"
+WRAP, NAME, BODY, VALUE, IN_WRAP, AFTER_BARE = "wrap", "name", "body", "value", "in_wrap", "after_bare"
+PEND, PEND_BARE, PEND_END = "pend", "pend_bare", "pend_end"
+FUNC, PARAM, IMPLICIT, WRAPPER = "function", "parameter", "implicit", "wrapper"  # whose name NAME reads; kinds of element
 
 
 class XmlParamsLexer(_ParamsLexer):
     """States: WRAP, between a wrapper's functions; NAME, a function's or parameter's name up to
     its `>`; BODY, after a function's name: a parameter tag or the function end; VALUE, raw text;
-    PEND, a closer was read; IN_WRAP, text in a wrapper after a complete function; AFTER_BARE,
-    after a bare function: a wrapper end right after it (a model's orphan closer) is part of the
-    block, anything else pads what follows.
+    PEND, a parameter's closer was read (PEND_BARE: in a bare function), PEND_END the function's;
+    IN_WRAP, text in a wrapper after a complete function; AFTER_BARE, after a bare function: a
+    wrapper end right after it (a model's orphan closer) is part of the block, anything else
+    pads what follows.
 
     Values are not escaped: a value may hold the dialect's own tags. A closer counts only when
     what follows fits: after the parameter end the next parameter, the function end or the
@@ -732,9 +662,8 @@ class XmlParamsLexer(_ParamsLexer):
     line inside a value open literal elements, counted per kind, whose closers are literal too;
     a parameter tag beginning a line outside them closes the value (its end is missing) when it
     names a property of the tool not yet given (any name not yet given when the tool has no
-    properties). One leading and one trailing newline of each value are markup. At the end of
-    the text a complete block is judged (WRAP or IN_WRAP after a function, PEND after the
-    function end, AFTER_BARE); any other is text."""
+    properties). One leading and one trailing newline of each value are markup. Complete at the
+    end of the text: WRAP or IN_WRAP after a function, PEND_END, AFTER_BARE."""
 
     _FIRST = {"wrap": WRAP, "bare": NAME}  # `_reset_body` readies NAME for a function's name
 
@@ -746,35 +675,21 @@ class XmlParamsLexer(_ParamsLexer):
         self._name_stop = {FUNC: re.compile(b.function_name_stop), PARAM: re.compile(b.parameter_name_stop)}
         self._name_stop[IMPLICIT] = self._name_stop[PARAM]
         self._reads_name = {self._FUNC_OPEN: FUNC, self._PARAM_OPEN: PARAM}  # tags a name follows
-        self._wrap_tags = (self._FUNC_OPEN, self._WRAP_CLOSE, self._WRAP_OPEN)
-        self._body_tags = (self._PARAM_OPEN, self._FUNC_CLOSE)  # (also after a bare function's parameter end)
+        wrap_tags = (self._FUNC_OPEN, self._WRAP_CLOSE, self._WRAP_OPEN)  # (also what confirms a function end)
+        body_tags = (self._PARAM_OPEN, self._FUNC_CLOSE)  # (also what confirms a bare function's parameter end)
         # In a value: each tag's kind of element, and whether it closes one (closers first).
         self._value_tags = {self._PARAM_CLOSE: (PARAM, True), self._FUNC_CLOSE: (FUNC, True),
                             self._WRAP_CLOSE: (WRAPPER, True), self._PARAM_OPEN: (PARAM, False),
                             self._FUNC_OPEN: (FUNC, False), self._WRAP_OPEN: (WRAPPER, False)}
-        # What may follow a closer for it to count.
-        self._after_param = (self._PARAM_OPEN, self._FUNC_CLOSE, self._WRAP_CLOSE)
-        self._after_function = (self._WRAP_CLOSE, self._FUNC_OPEN, self._WRAP_OPEN)
-        return {WRAP: self._step_wrap, NAME: self._step_name, BODY: self._step_body, VALUE: self._step_value,
-                PEND: self._step_pend, IN_WRAP: self._step_in_wrap, AFTER_BARE: self._step_after_bare}
+        return {WRAP: self._at_tag(wrap_tags, self._next_tag), NAME: self._step_name, BODY: self._at_tag(body_tags, self._next_tag),
+                VALUE: self._at_tag(self._value_tags, self._value_tag, raw=True), IN_WRAP: self._at_tag(wrap_tags, self._in_wrap_tag, raw=True),
+                PEND: self._at_tag(body_tags + (self._WRAP_CLOSE,), self._next_tag), PEND_BARE: self._at_tag(body_tags, self._next_tag),
+                PEND_END: self._at_tag(wrap_tags, self._next_tag), AFTER_BARE: self._step_after_bare}
 
     def _reset_body(self) -> None:
         super()._reset_body()
-        self._properties: dict[str, Any] | None = None  # of the current function's tool
-        self._seen: set[str] = set()  # parameters the current function has given
-        self._name_for = FUNC
-        self._name_chars = ""
-        self._param_name = ""
-        self._value_start = 0
-        # Elements opened literally inside the current value, per kind: their closers are
-        # literal too. Kept apart so that a stray literal parameter tag cannot hide the real
-        # function end (vLLM falls back on it the same way).
-        self._literals = dict.fromkeys((PARAM, FUNC, WRAPPER), 0)
-        self._pend_kind = PARAM  # which closer PEND is confirming
-        self._pend_at = 0  # where that closer began: the value's end if it counts
-        self._function_end = 0  # where the last function's closer ended
+        self._name_for = FUNC  # whose name NAME reads
         self._judged: Calls | None = None  # a bare function's calls, judged at its end
-        self._texts: list[tuple[int, int, int]] = []  # (calls before it, start, end): text in the wrapper
 
     @property
     def _wrapped(self) -> bool:  # the block opened with the wrapper, else with a bare function
@@ -783,7 +698,7 @@ class XmlParamsLexer(_ParamsLexer):
     def _complete_at_end(self) -> bool:
         if self._state == IN_WRAP:  # text after a complete function, up to the end
             self._texts.append((len(self._calls), self._function_end, self._size))
-        elif self._state == PEND and self._pend_kind == FUNC:  # the end of the text confirms it
+        elif self._state == PEND_END:  # the end of the text confirms it
             self._end_param(trim_close=True)
         else:  # in WRAP every function is closed
             return self._state == AFTER_BARE or (self._state == WRAP and bool(self._calls))
@@ -796,25 +711,31 @@ class XmlParamsLexer(_ParamsLexer):
                 raw = raw[1:-1]
         return raw or None
 
-    def _step_wrap(self, buf: str, i: int, limit: int, out: list[Segment]) -> int | None:
-        j, tag = self._tag_after_ws(buf, i, limit, self._wrap_tags)
-        if tag is _PARTIAL:
-            return self._wait(buf, j, limit, out)
-        if tag == self._FUNC_OPEN:
-            return self._read_name(FUNC, self._take_tag(buf, j, tag))
-        if not self._calls:  # `<tool_call>{` (Hermes), `<tool_call>name` (GLM), prose: not ours
+    def _next_tag(self, buf: str, j: int, tag: str | None, out: list[Segment]) -> int | None:
+        """WRAP, BODY and the PEND states: the tag that follows a part (None: something else)."""
+        pending = self._state in (PEND, PEND_BARE, PEND_END)
+        if tag is None and pending:  # the closer and the whitespace after it are part of the value
+            self._state = VALUE
+            return j
+        if tag is None and self._state == WRAP and self._calls:  # text after a complete function: held, shown in place
+            self._state = IN_WRAP
+            return j
+        if tag is None or not (self._calls or tag == self._FUNC_OPEN):
+            # `<tool_call>{` (Hermes), `<tool_call>name` (GLM), `use <function=NAME> tags`, Llama's
+            # `<function=NAME>{json}`, prose: not ours
             return self._release(out, j)
-        if tag == self._WRAP_CLOSE:
-            return self._close(out, self._take_tag(buf, j, tag))
-        if tag == self._WRAP_OPEN:  # the end tag is missing: the next block begins
+        if pending:
+            self._end_param(trim_close=self._state == PEND_END)
+        if tag == self._WRAP_OPEN:  # the end tag is missing: the next block begins, this one is complete
             return self._close(out, j)
-        self._state = IN_WRAP  # text after a complete function: held with the block, shown in place
-        return j
+        end = self._take_tag(buf, j, tag)
+        if tag in self._reads_name:
+            return self._read_name(self._reads_name[tag], end)
+        if tag == self._WRAP_CLOSE:  # (after the function end: it was missing, or confirmed)
+            return self._close(out, end)
+        return self._end_function(out, end)  # (after the parameter end too)
 
-    def _step_in_wrap(self, buf: str, i: int, limit: int, out: list[Segment]) -> int | None:
-        j, tag = self._scan_to_tag(buf, i, limit, self._wrap_tags)
-        if tag is _PARTIAL:
-            return self._wait(buf, j, limit, out)
+    def _in_wrap_tag(self, buf: str, j: int, tag: str, out: list[Segment]) -> int | None:
         self._texts.append((len(self._calls), self._function_end, self._size))
         self._state = WRAP  # WRAP reads the tag
         return j
@@ -832,39 +753,31 @@ class XmlParamsLexer(_ParamsLexer):
     def _verdict(self, text: str) -> Calls | None:
         return self._judged or super()._verdict(text)
 
-    def _between(self, text: str) -> dict[int, str]:
-        shown: dict[int, str] = {}
-        for k, start, end in self._texts:  # whitespace before the next tag pads it
-            shown[k] = shown.get(k, "") + text[start:end].rstrip()
-        return shown
-
     def _read_name(self, target: str, pos: int = 0) -> int:
         self._name_for = target
-        self._name_chars = ""
+        self._name = ""
         self._state = NAME
         return pos
 
     def _step_name(self, buf: str, i: int, limit: int, out: list[Segment]) -> int | None:
-        j, name = self._name_upto(buf, i, limit, self._name_stop[self._name_for], self._name_chars)
-        if name is not None:
-            self._name_chars = name
-            if j == limit:
-                return self._wait(buf, j, limit, out)
-            if buf[j] == ">":
-                return self._named(out, self._take_tag(buf, j, ">"))
+        j, named = self._name_upto(buf, i, limit, self._name_stop[self._name_for])
+        if named and j == limit:
+            return self._wait(buf, j, limit, out)
+        if named and buf[j] == ">":
+            return self._named(out, self._take_tag(buf, j, ">"))
         if self._name_for == IMPLICIT:  # not a tag after all: plain text of the value
             self._state = VALUE
             return j
         return self._release(out, j)
 
     def _named(self, out: list[Segment], pos: int) -> int:
-        name = self._parse_name(self._name_chars)
+        name = self._parse_name(self._name)
         if name is None and self._name_for != IMPLICIT:
             return self._release(out, pos)
         if self._name_for == FUNC:
-            self._calls.append(_Call(name))
-            self._properties = _properties(self._scope.tools.get(name))
-            self._seen = set()
+            self._calls.append((name, []))
+            self._properties = _properties(self._scope.tools.get(name))  # of the current function's tool
+            self._seen: set[str] = set()  # parameters the current function has given
             self._state = BODY
         elif self._name_for == PARAM:
             self._begin_param(name)
@@ -882,83 +795,56 @@ class XmlParamsLexer(_ParamsLexer):
     def _begin_param(self, name: str) -> None:
         self._param_name = name
         self._seen.add(name)
-        self._value_start = self._size
+        self._value_at = self._size
+        # Elements opened literally inside the value, per kind: their closers are literal too.
+        # Kept apart so that a stray literal parameter tag cannot hide the real function end
+        # (vLLM falls back on it the same way).
         self._literals = dict.fromkeys((PARAM, FUNC, WRAPPER), 0)
         self._state = VALUE
 
     def _end_param(self, trim_close: bool) -> None:
-        self._calls[-1].params.append(_Param(self._param_name, self._value_start, self._pend_at, trim_close))
+        self._calls[-1][1].append((self._param_name, self._value_at, self._pend_at, trim_close))
+
+    def _value_text(self, text: str, start: int, end: int, trim_close: bool) -> str:
+        if trim_close:  # its parameter closer, before the function's, is markup
+            body = text[start:end].rstrip()
+            if body.endswith(self._PARAM_CLOSE):
+                end = start + len(body) - len(self._PARAM_CLOSE)
+        return text[start:end].removeprefix("\n").removesuffix("\n")
 
     def _end_function(self, out: list[Segment], pos: int) -> int:
-        if not self._wrapped:  # a bare function is the whole block (an orphan closer aside)
-            # Judged now: a block that is text goes at once, calls wait for what follows them.
-            self._judged = super()._verdict(self._raw.text())
-            if not self._judged:
-                return self._release(out, pos)
-            self._state = AFTER_BARE
+        if self._wrapped:
+            self._function_end = self._size  # where the last function's closer ended
+            self._state = WRAP
             return pos
-        self._function_end = self._size
-        self._state = WRAP
-        return pos
+        # A bare function is the whole block (an orphan closer aside), judged now: a block that
+        # is text goes at once, calls wait for what follows them.
+        self._judged = super()._verdict(self._raw.text())
+        self._state = AFTER_BARE
+        return pos if self._judged else self._release(out, pos)
 
-    def _step_body(self, buf: str, i: int, limit: int, out: list[Segment]) -> int | None:
-        j, tag = self._tag_after_ws(buf, i, limit, self._body_tags)
-        if tag is _PARTIAL:
-            return self._wait(buf, j, limit, out)
-        if tag is None:  # `use <function=NAME> tags`, Llama's `<function=NAME>{json}`: not ours
-            return self._release(out, j)
-        if tag == self._PARAM_OPEN:
-            return self._read_name(PARAM, self._take_tag(buf, j, tag))
-        return self._end_function(out, self._take_tag(buf, j, tag))
-
-    def _step_value(self, buf: str, i: int, limit: int, out: list[Segment]) -> int | None:
+    def _value_tag(self, buf: str, j: int, tag: str, out: list[Segment]) -> int | None:
         """VALUE: raw text; only the dialect's tags matter, and only some of them count."""
-        while True:
-            j, tag = self._scan_to_tag(buf, i, limit, self._value_tags)
-            if tag is _PARTIAL:
-                return self._wait(buf, j, limit, out)
-            line_start = self._size == self._value_start or self._last == "\n"
-            at = self._size  # where the tag begins in the block
-            i = self._take_tag(buf, j, tag)
-            kind, closes = self._value_tags[tag]
-            if closes and self._literals[kind]:  # closes a literal element of the value
-                self._literals[kind] -= 1
-            elif closes and kind != WRAPPER:  # the parameter end or the function end
+        line_start = self._size == self._value_at or self._last == "\n"
+        at = self._size  # where the tag begins in the block
+        i = self._take_tag(buf, j, tag)
+        kind, closes = self._value_tags[tag]
+        if closes and self._literals[kind]:  # closes a literal element of the value
+            self._literals[kind] -= 1
+        elif closes and kind != WRAPPER:  # the parameter end or the function end
+            self._pend_at = at
+            if not self._wrapped and kind == FUNC:  # bare: nothing follows to confirm it
+                self._end_param(trim_close=True)
+                return self._end_function(out, i)
+            self._state = PEND_END if kind == FUNC else PEND if self._wrapped else PEND_BARE
+        elif not closes and line_start:  # only line starts nest: tags inside a line are prose about tags
+            if kind != PARAM or any(self._literals.values()):
+                self._literals[kind] += 1
+            else:  # a parameter opening a line, outside any literal element: maybe the
+                # missing parameter end (decided once its name is read)
                 self._pend_at = at
-                self._pend_kind = kind
-                if not self._wrapped and kind == FUNC:  # bare: nothing follows to confirm it
-                    self._end_param(trim_close=True)
-                    return self._end_function(out, i)
-                self._state = PEND
-                return i
-            elif not closes and line_start:  # only line starts nest: tags inside a line are prose about tags
-                if kind != PARAM or any(self._literals.values()):
-                    self._literals[kind] += 1
-                else:  # a parameter opening a line, outside any literal element: maybe the
-                    # missing parameter end (decided once its name is read)
-                    self._pend_at = at
-                    return self._read_name(IMPLICIT, i)
-
-    def _step_pend(self, buf: str, i: int, limit: int, out: list[Segment]) -> int | None:
-        if self._pend_kind == PARAM:
-            tags = self._after_param if self._wrapped else self._body_tags
-        else:
-            tags = self._after_function
-        j, tag = self._tag_after_ws(buf, i, limit, tags)
-        if tag is _PARTIAL:
-            return self._wait(buf, j, limit, out)
-        if tag is None:  # the closer and the whitespace after it are part of the value
-            self._state = VALUE
-            return j
-        self._end_param(trim_close=self._pend_kind == FUNC)
-        if tag == self._WRAP_OPEN:  # the function end, then the next block: this one is complete
-            return self._close(out, j)
-        n = self._take_tag(buf, j, tag)
-        if tag in self._reads_name:
-            return self._read_name(self._reads_name[tag], n)
-        if tag == self._WRAP_CLOSE:  # the function end was missing, or confirmed
-            return self._close(out, n)
-        return self._end_function(out, n)  # the parameter end, then the function end
+                return self._read_name(IMPLICIT, i)
+        return i
 
 
 # -- key / value pairs (GLM) ---------------------------------------------------------------------
@@ -972,43 +858,33 @@ class KeyValuesLexer(_ParamsLexer):
     first key tag or the closer (a call with `{}`); KEY, up to the key end (any other `<`: text);
     KV, the value tag; VALUE, up to the value end; PEND: the value end counts when the next key,
     the closer or the next opener (judged as if closed) follows, else it was part of the value.
-    At the end of the text a block in PEND (every value closed) is judged. Values are taken as
-    written (no newline comes off). With `escaped`, the whitespace that AFTER_NAME, KV and PEND
-    skip may hold the escaped separator; a block where one was skipped has its values unescaped
-    as the text of a JSON string (kept as written when that fails)."""
+    Complete at the end of the text: PEND (every value closed). Values are taken as written (no
+    newline comes off); with `escaped`, AFTER_NAME, KV and PEND skip escaped separators too, and
+    a value that does not unescape is kept as written."""
 
     _FIRST = {"open": KV_NAME}
-    _STRIP_NEWLINES = False
 
     def _step_table(self) -> dict[str, Step]:
         b: KeyValues = self._body  # type: ignore[assignment]
-        self._name_run = re.compile(b.name_chars + "*")
-        self._after_name_tags, self._pend_tags = (b.key[0], b.close), (b.key[0], b.close, b.open)
-        return {KV_NAME: self._step_name, AFTER_NAME: self._step_after_name, KEY: self._step_key, KV: self._step_kv,
-                KV_VALUE: self._step_value, KV_PEND: self._step_pend}
+        self._name_stop = re.compile(b.name_stop)
+        self._gap = re.compile(rf"(?:\s|{re.escape(b.escaped)})*" if b.escaped else r"\s*")
+        return {KV_NAME: self._step_name, AFTER_NAME: self._at_tag((b.key[0], b.close), self._pend_tag), KEY: self._step_key,
+                KV: self._at_tag((b.value[0],), self._value_open), KV_VALUE: self._at_tag((b.value[1],), self._value_end, raw=True),
+                KV_PEND: self._at_tag((b.key[0], b.close, b.open), self._pend_tag)}
 
     def _reset_body(self) -> None:
         super()._reset_body()
-        self._name_chars = ""
-        self._key_chars = ""
-        self._value_start = 0
-        self._pend_at = 0
+        self._escaped = False  # an escaped separator was read: the values are escaped too
         self._pend_escaped = False  # `_escaped` when the value end PEND confirms was read
 
     def _tag_after_ws(self, buf: str, i: int, limit: int, tags: tuple[str, ...]) -> tuple[int, Any]:
-        """Whitespace and escaped separators, then the tag; `_PARTIAL` where an escaped separator
-        may be cut short (more text decides)."""
+        """Whitespace and escaped separators, then the tag (`_PARTIAL` also: a separator cut short)."""
         sep = self._body.escaped
-        j = self._skip_ws(buf, i, limit)
-        while sep and j < limit and buf[j] == sep[0]:
-            if not buf.startswith(sep, j, limit):
-                if limit - j < len(sep) and sep.startswith(buf[j:limit]):
-                    return j, _PARTIAL
-                break
+        j = self._gap.match(buf, i, limit).end()
+        self._take(buf, i, j)
+        if sep and sep in buf[i:j]:
             self._escaped = True
-            self._take(buf, j, j + len(sep))
-            j = self._skip_ws(buf, j + len(sep), limit)
-        return j, match_tag(buf, j, limit, tags)
+        return j, match_tag(buf, j, limit, tags + (sep,) if sep else tags)
 
     def _complete_at_end(self) -> bool:
         if self._state == KV_PEND:  # every value closed; only the closer is missing
@@ -1017,89 +893,71 @@ class KeyValuesLexer(_ParamsLexer):
         return False
 
     def _step_name(self, buf: str, i: int, limit: int, out: list[Segment]) -> int | None:
-        if not self._name_chars:  # whitespace before the name
-            i = self._skip_ws(buf, i, limit)
-        room = MAX_NAME - len(self._name_chars)
-        j = self._name_run.match(buf, i, min(limit, i + room + 1)).end()
-        if j - i > room:
-            self._take(buf, i, i + room)
-            return self._release(out, i + room)
-        self._name_chars += buf[i:j]
-        self._take(buf, i, j)
-        if j == limit:
+        if not self._name:  # whitespace before the name
+            i = self._take_tag(buf, i, _WS.match(buf, i, limit).group())
+        j, named = self._name_upto(buf, i, limit, self._name_stop)
+        if named and j == limit:
             return self._wait(buf, j, limit, out)
-        if not self._name_chars:  # `{` (Hermes), `<function=` (Qwen), prose: not this dialect
+        if not named or not self._name:  # `{` (Hermes), `<function=` (Qwen), prose, a run too long: not this dialect
             return self._release(out, j)
-        self._calls = [_Call(self._name_chars)]
+        self._calls = [(self._name, [])]
+        self._name = ""  # the keys are read into it next
         self._state = AFTER_NAME
         return j
 
-    def _step_after_name(self, buf: str, i: int, limit: int, out: list[Segment]) -> int | None:
-        j, tag = self._tag_after_ws(buf, i, limit, self._after_name_tags)
-        if tag is _PARTIAL:
-            return self._wait(buf, j, limit, out)
-        if tag is None:  # `<tool_call> tags, like...`: prose, shown at once
-            return self._release(out, j)
-        return self._key_or_close(out, tag, self._take_tag(buf, j, tag))
-
-    def _key_or_close(self, out: list[Segment], tag: str, pos: int) -> int:
-        """`tag`, the closer or a key tag, was read: the block ends, or the next key begins."""
-        if tag == self._body.close:
-            return self._close(out, pos)
-        self._state = KEY
-        return pos
-
     def _step_key(self, buf: str, i: int, limit: int, out: list[Segment]) -> int | None:
-        j, key = self._name_upto(buf, i, limit, _LT, self._key_chars)
-        if key is None:
-            return self._release(out, j)
-        self._key_chars = key
-        if j == limit:
-            return self._wait(buf, j, limit, out)
-        tag = match_tag(buf, j, limit, (self._body.key[1],))
+        j, named = self._name_upto(buf, i, limit, _LT)
+        tag = match_tag(buf, j, limit, (self._body.key[1],)) if named else None
         if tag is _PARTIAL:
             return self._wait(buf, j, limit, out)
-        self._key_chars = key.strip()
-        if tag is None or not self._key_chars:
+        self._name = self._name.strip()
+        if tag is None or not self._name:
             return self._release(out, j)
         self._state = KV
         return self._take_tag(buf, j, tag)
 
-    def _step_kv(self, buf: str, i: int, limit: int, out: list[Segment]) -> int | None:
-        j, tag = self._tag_after_ws(buf, i, limit, (self._body.value[0],))
-        if tag is _PARTIAL:
-            return self._wait(buf, j, limit, out)
+    def _value_open(self, buf: str, j: int, tag: str | None, out: list[Segment]) -> int | None:
         if tag is None:
             return self._release(out, j)
-        self._value_start = self._size + len(tag)
+        self._value_at = self._size + len(tag)
         self._state = KV_VALUE
         return self._take_tag(buf, j, tag)
 
-    def _step_value(self, buf: str, i: int, limit: int, out: list[Segment]) -> int | None:
-        j, tag = self._scan_to_tag(buf, i, limit, (self._body.value[1],))
-        if tag is _PARTIAL:
-            return self._wait(buf, j, limit, out)
+    def _value_end(self, buf: str, j: int, tag: str, out: list[Segment]) -> int | None:
         self._pend_at = self._size
         self._pend_escaped = self._escaped
         self._state = KV_PEND
         return self._take_tag(buf, j, tag)
 
-    def _step_pend(self, buf: str, i: int, limit: int, out: list[Segment]) -> int | None:
-        j, tag = self._tag_after_ws(buf, i, limit, self._pend_tags)
-        if tag is _PARTIAL:
-            return self._wait(buf, j, limit, out)
+    def _pend_tag(self, buf: str, j: int, tag: str | None, out: list[Segment]) -> int | None:
+        """AFTER_NAME and PEND: a key tag or the closer (PEND: also the next opener) follows."""
+        if tag is None and self._state == AFTER_NAME:  # `<tool_call> tags, like...`: prose, shown at once
+            return self._release(out, j)
         if tag is None:  # part of the value, like the whitespace after it
             self._escaped = self._pend_escaped  # (and a separator read there was none)
             self._state = KV_VALUE
             return j
-        self._end_pair()
+        if self._state == KV_PEND:
+            self._end_pair()
         if tag == self._body.open:  # the closer is missing: the next block begins
             return self._close(out, j)
-        return self._key_or_close(out, tag, self._take_tag(buf, j, tag))
+        pos = self._take_tag(buf, j, tag)
+        if tag == self._body.close:
+            return self._close(out, pos)
+        self._state = KEY
+        return pos
 
     def _end_pair(self) -> None:
-        self._calls[0].params.append(_Param(self._key_chars, self._value_start, self._pend_at))
-        self._key_chars = ""
+        self._calls[0][1].append((self._name, self._value_at, self._pend_at, False))
+        self._name = ""
+
+    def _value_text(self, text: str, start: int, end: int, trim_close: bool) -> str:
+        if self._escaped:  # read as the text of a JSON string, else as written
+            try:
+                return json.loads(f'"{text[start:end]}"', strict=False)
+            except ValueError:
+                pass
+        return text[start:end]
 
 
 # -- calls named in front of their arguments (Mistral) ---------------------------------------------
@@ -1114,8 +972,7 @@ class NamedCallsLexer(BlockLexer):
     """States: CALLS, the pad after `open`, then `[` (LIST_OPEN: whitespace, then `{` begins a
     list of call objects, LIST) or a name (NAME), which `{` ends (ARGS; `args` stripped upstream),
     or `args` (ARGS_OPEN: whitespace, then `{`), or `call_id` (CALL_ID: the model's id, then
-    `args`). `open` outside a value's strings cuts it short; at the end of the text a block
-    still open is text."""
+    `args`). `open` outside a value's strings cuts it short."""
 
     _LIVE = True
     _FIRST = {"open": CALLS}
@@ -1123,61 +980,51 @@ class NamedCallsLexer(BlockLexer):
     def _step_table(self) -> dict[str, Step]:
         b: NamedCalls = self._body  # type: ignore[assignment]
         self._scanner = JsonScanner(stops="[")  # a `[` may begin `open`
-        self._inner = (b.args, b.call_id, b.open)
+        inner = (b.args, b.call_id, b.open)
         value = self._follow(self._scanner, (b.open,), self._close)
         return {
-            CALLS: self._held(self._after_open, re.compile(b.pad)),
+            CALLS: self._held(self._after_open, re.compile(b.pad), tags=(b.open,)),
             LIST_OPEN: self._opener("{", LIST, mark=False),  # the list began at its `[`
-            CALL_NAME: self._held(self._after_name, _NAME_RUN, "_name", MAX_CALL_NAME),
-            CALL_ID: self._held(self._inner_tag, _ID_RUN, "_model_id", MAX_ID),
+            CALL_NAME: self._held(self._after_name, _NAME_RUN, "_name", MAX_CALL_NAME, inner),
+            CALL_ID: self._held(self._inner_tag, _ID_RUN, "_model_id", MAX_ID, inner),
             ARGS_OPEN: self._opener("{", ARGS),
             LIST: value,
             ARGS: value,
         }
 
     def _reset_body(self) -> None:
-        self._name = ""
         self._model_id = ""
-        self._value_at = 0  # where the JSON value begins in the block
         self._scanner.reset()
 
     def _continues(self, c: str) -> str | None:
         return CALL_NAME if _NAME_CHAR.match(c) else None  # v13+: the next name right after a call
 
-    def _after_open(self, buf: str, end: int, out: list[Segment]) -> int | None:
+    def _after_open(self, buf: str, end: int, tag: str | None, out: list[Segment]) -> int | None:
         """CALLS, after the pad: `[` begins a list, a name character a call."""
-        if buf[end] == "[":
-            tag = self._tag(buf, end, (self._body.open,))
-            if tag is _PARTIAL:
-                return self._hold(buf, end)
-            if tag is not None:  # `open` twice: the first is text, TEXT reads the second
-                return self._release(out, end)
+        if buf[end] == "[" and tag is None:
             self._value_at = self._size
             self._take(buf, end, end + 1)
             self._scanner.take("[")
             self._state = LIST_OPEN
             self._over_cap(out)
             return end + 1
-        if not _NAME_CHAR.match(buf, end):  # e.g. the token quoted in prose: shown at once
+        if not _NAME_CHAR.match(buf, end):  # `open` twice (TEXT reads the second), the token quoted in prose
             return self._release(out, end)
         self._state = CALL_NAME
         return end
 
-    def _after_name(self, buf: str, end: int, out: list[Segment]) -> int | None:
+    def _after_name(self, buf: str, end: int, tag: str | None, out: list[Segment]) -> int | None:
         """NAME, after the name: `{`, `args` or `call_id`."""
         if buf[end] == "{":
             self._value_at = self._size
             self._state = ARGS
             return end
-        return self._inner_tag(buf, end, out)
+        return self._inner_tag(buf, end, tag, out)
 
-    def _inner_tag(self, buf: str, i: int, out: list[Segment]) -> int | None:
+    def _inner_tag(self, buf: str, i: int, tag: str | None, out: list[Segment]) -> int | None:
         """After the name `args` or `call_id`, after the id `args`; anything else is not a call
         (an `open` here is read again by TEXT)."""
         b: NamedCalls = self._body  # type: ignore[assignment]
-        tag = self._tag(buf, i, self._inner)
-        if tag is _PARTIAL:
-            return self._hold(buf, i)
         if tag is None or tag == b.open or (tag == b.call_id and self._state == CALL_ID):
             return self._release(out, i)
         end = self._take_tag(buf, i, tag)
@@ -1205,41 +1052,34 @@ class LlamaCallsLexer(BlockLexer):
     PY_OPEN, then PY_LIST; TAG_OPEN, then TAG_JSON, and in AFTER a `{` is the next tagged call.
     START (`bare_json`): Llama 3.x's call objects without their tag, read only at the very start
     of the text, as vLLM does: whitespace, then `{` begins a tagged call, else it is text. A
-    value cut short by a tag outside its strings is text; at the end of the text FUNC_END is
-    judged as if closed (a half-written end tag goes with it), any other open block is text."""
+    value cut short by a tag outside its strings is text. Complete at the end of the text: FUNC_END."""
 
     _LIVE = True
     _FIRST = {FUNCTION: FUNC_NAME, NAMED: FUNC_NAME, PYTHON: PY_OPEN, TAGGED: TAG_OPEN}
 
     def __init__(self, spec: Spec, scope: CallScope, *, max_held: int = 1 << 20, bare_json: bool = False) -> None:
-        self._bare_json = bare_json
+        self._initial = START if bare_json else TEXT
         super().__init__(spec, scope, max_held=max_held)
 
     def _step_table(self) -> dict[str, Step]:
         b: LlamaCalls = self._body  # type: ignore[assignment]
         self._json = JsonScanner(stops="<")
         self._python = PythonScanner()
-        self._func_cut = (b.function_end, b.function[0])
+        self._tagged_gap = re.compile(rf"[\s{re.escape(b.separator)}]*")
+        func_cut = (b.function_end, b.function[0])
         return {
             START: self._step_start,
             FUNC_NAME: self._held(self._after_name, _NAME_RUN, "_name", MAX_CALL_NAME),
-            FUNC_OPEN: self._held(self._after_name_tag),
-            FUNC_ARGS: self._follow(self._json, self._func_cut, self._value_closed),
-            FUNC_END: self._held(self._after_args),
+            FUNC_OPEN: self._held(self._after_name_tag, tags=(b.function_end,)),
+            FUNC_ARGS: self._follow(self._json, func_cut, self._value_closed),
+            FUNC_END: self._held(self._after_args, tags=func_cut),
             PY_OPEN: self._opener("[", PY_LIST),
             PY_LIST: self._follow(self._python, (b.python[1], b.python[0], b.tagged), self._close),
             TAG_OPEN: self._opener("{", TAG_JSON),
             TAG_JSON: self._follow(self._json, (b.tagged,) + b.tagged_ends, self._close),
         }
 
-    def _reset(self) -> None:
-        super()._reset()
-        if self._bare_json:
-            self._state = START
-
     def _reset_body(self) -> None:
-        self._name = ""
-        self._value_at = 0  # where the value begins in the block
         self._value_end = -1  # FUNC_END: where it ended
         self._json.reset()
         self._python.reset()
@@ -1249,8 +1089,8 @@ class LlamaCallsLexer(BlockLexer):
         # any whitespace or nothing at all (vLLM PR #49923 skips any run of `; \t\n`).
         return TAG_JSON if self._section == TAGGED and c == "{" and self._after_call else None
 
-    def _separators(self) -> str:
-        return self._body.separator if self._section == TAGGED else ""
+    def _gap_after(self) -> re.Pattern[str]:
+        return self._tagged_gap if self._section == TAGGED else _WS
 
     def _complete_at_end(self) -> bool:
         return self._state == FUNC_END
@@ -1268,7 +1108,7 @@ class LlamaCallsLexer(BlockLexer):
         self._take(buf, i, end)
         return end
 
-    def _after_name(self, buf: str, end: int, out: list[Segment]) -> int | None:
+    def _after_name(self, buf: str, end: int, tag: None, out: list[Segment]) -> int | None:
         """FUNC_NAME, after the name: `>` (`">`); anything else (a code sample) is text."""
         close = '">' if self._section == NAMED else ">"
         if self._name and buf.startswith(close, end):
@@ -1278,15 +1118,12 @@ class LlamaCallsLexer(BlockLexer):
             return self._hold(buf, end)
         return self._release(out, end)
 
-    def _after_name_tag(self, buf: str, end: int, out: list[Segment]) -> int | None:
+    def _after_name_tag(self, buf: str, end: int, tag: str | None, out: list[Segment]) -> int | None:
         """FUNC_OPEN, after whitespace: the arguments object or the end tag."""
         if buf[end] == "{":
             self._state = FUNC_ARGS
             self._value_at = self._size
             return end
-        tag = self._tag(buf, end, (self._body.function_end,))
-        if tag is _PARTIAL:
-            return self._hold(buf, end)
         if tag is None:
             return self._release(out, end)
         return self._close(out, self._take_tag(buf, end, tag))
@@ -1296,21 +1133,15 @@ class LlamaCallsLexer(BlockLexer):
         self._value_end = self._size
         return j
 
-    def _after_args(self, buf: str, end: int, out: list[Segment]) -> int | None:
+    def _after_args(self, buf: str, end: int, tag: str | None, out: list[Segment]) -> int | None:
         """FUNC_END, after whitespace: the end tag (or the next tag: the end tag is missing)."""
         b: LlamaCalls = self._body  # type: ignore[assignment]
-        tag = match_tag(buf, end, len(buf), self._func_cut)
-        if tag is _PARTIAL:
-            if not self._final:
-                return self._hold(buf, end)
-            if b.function_end.startswith(buf[end:]):  # a half-written end tag at the end
-                self._take(buf, end, len(buf))
-                self._close(out, len(buf))
-                return None
         if tag == b.function_end:
             return self._close(out, self._take_tag(buf, end, tag))
         if tag == b.function[0]:  # AFTER reads the next tag
             return self._close(out, end, implied=True)
+        if b.function_end.startswith(buf[end:]):  # (`_final`) a half-written end tag at the end
+            return self._close(out, self._take_tag(buf, end, buf[end:]))
         return self._release(out, end)  # a value followed by prose is not a call
 
     def _verdict(self, text: str) -> Calls | None:

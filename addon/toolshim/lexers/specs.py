@@ -11,27 +11,17 @@ HERMES = Spec("hermes", JsonCalls(open="<tool_call>", close="</tool_call>"))
 # Qwen3-Coder, Qwen3.5:  <tool_call><function=NAME><parameter=KEY>VALUE</parameter></function></tool_call>
 # (also bare, without the wrapper). A function name has no whitespace, quotes or braces (vLLM:
 # an unrendered Jinja `<function={{ name }}>` is not a call); a parameter name ends at `>`.
-QWEN_XML = Spec(
-    "qwen_xml",
-    XmlParams(
-        wrap=("<tool_call>", "</tool_call>"),
-        function=("<function=", "</function>"),
-        parameter=("<parameter=", "</parameter>"),
-        bare=True,
-        function_name_stop=r"""[<>\s{}"']""",
-    ),
+_QWEN_CODER = XmlParams(
+    wrap=("<tool_call>", "</tool_call>"),
+    function=("<function=", "</function>"),
+    parameter=("<parameter=", "</parameter>"),
+    bare=True,
+    function_name_stop=r"""[<>\s{}"']""",
 )
+QWEN_XML = Spec("qwen_xml", _QWEN_CODER)
 
-# ByteDance Seed-OSS: Qwen3-Coder's elements in its own wrapper (reasoning: `<seed:think>`).
-SEED_OSS = Spec(
-    "seed_oss",
-    XmlParams(
-        wrap=("<seed:tool_call>", "</seed:tool_call>"),
-        function=("<function=", "</function>"),
-        parameter=("<parameter=", "</parameter>"),
-        function_name_stop=r"""[<>\s{}"']""",
-    ),
-)
+# ByteDance Seed-OSS: Qwen3-Coder's elements in its own wrapper, never bare (reasoning: `<seed:think>`).
+SEED_OSS = Spec("seed_oss", _QWEN_CODER._replace(wrap=("<seed:tool_call>", "</seed:tool_call>"), bare=False))
 
 # MiniMax-M2:  <minimax:tool_call><invoke name="NAME"><parameter name="KEY">VALUE</parameter></invoke></minimax:tool_call>
 MINIMAX = Spec(
