@@ -633,7 +633,7 @@ def test_tool_calls_token_inside_think_is_part_of_the_thought_at_every_split():
     from toolshim.lexers.think import ThinkLexer
 
     def split(text, pieces=None):
-        lexer = ThinkLexer(tool_starts=MISTRAL.starts)
+        lexer = ThinkLexer(tool_starts=MISTRAL.starts, pairs={"[THINK]": "[/THINK]"}, keeps={"[THINK]": ("[TOOL_CALLS]",)})  # as the registry makes it
         out = []
         for piece in pieces or [text]:
             out += lexer.feed(piece)

@@ -35,10 +35,23 @@ def lex(text: str, pieces: list[str] | None = None, preopened: bool = False):
     return merged
 
 
-@pytest.mark.parametrize("open_tag, close_tag", [("<think>", "</think>"), ("<reasoning>", "</reasoning>"), ("<thought>", "</thought>"), ("<seed:think>", "</seed:think>"), ("[THINK]", "[/THINK]")])
+@pytest.mark.parametrize("open_tag, close_tag", [("<think>", "</think>"), ("<reasoning>", "</reasoning>"), ("<thought>", "</thought>")])
 def test_each_spelling_splits_reasoning_from_content(open_tag, close_tag):
     text = f"{open_tag}Weighing it.{close_tag}\n\nThe answer."
     assert lex(text) == [ReasoningText("Weighing it."), Text("The answer.")]
+
+
+@pytest.mark.parametrize("model, open_tag, close_tag", [("ByteDance-Seed/Seed-OSS-36B-Instruct", "<seed:think>", "</seed:think>"), ("mistralai/Magistral-Small-2509", "[THINK]", "[/THINK]")])
+def test_a_familys_own_spelling_is_split_where_its_dialect_runs(model, open_tag, close_tag):
+    """The registry gives each family's own tags (`reasoning_tags`); another family's model
+    writing them has written text."""
+    from test_thinking_by_request import stream_content
+
+    text = f"{open_tag}Weighing it.{close_tag}\n\nThe answer."
+    for name, reasoning in ((model, "Weighing it."), ("Qwen/Qwen2.5-72B-Instruct", "")):
+        result = stream_content(name, {}, [text])
+        assert result["reasoning_content"] == reasoning, name
+        assert result["content"] == ("The answer." if reasoning else text), name
 
 
 def test_tags_split_at_every_character_give_the_same_result():

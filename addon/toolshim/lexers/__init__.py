@@ -36,8 +36,10 @@ class Dialect:
     # A call beginning inside `<think>` ends the reasoning (vLLM's kimi_k2 reasoning parser and
     # SGLang treat the section begin as an implicit `</think>`).
     ends_reasoning: bool = False
-    # Reasoning tags of the family's own, split like `<think>` where the dialect runs.
+    # Reasoning tags of the family's own, split like `<think>` where the dialect runs; markers
+    # its thought keeps as text (a call written inside the tags is thought, not a call).
     reasoning_tags: tuple[tuple[str, str], ...] = ()
+    thought_keeps: tuple[str, ...] = ()
     # Does its markup in a reasoning field make calls? Not Mistral's: its calls follow `[/THINK]`
     # and its reasoning parser (vLLM's) hands the tool parser only what follows; markup inside
     # the thought is the thought (as in content, lexers/think.py).
@@ -75,14 +77,18 @@ DIALECTS: tuple[Dialect, ...] = (
     Dialect("kimi", re.compile(r"kimi|moonshot|k2", re.I), _kimi, _KIMI_STARTS, special_tokens=True, ends_reasoning=True),
     Dialect("deepseek", re.compile(r"deepseek", re.I), _deepseek, _DEEPSEEK_STARTS, special_tokens=True, ends_reasoning=True),
     Dialect("harmony", re.compile(r"gpt-oss|gpt_oss", re.I), _harmony, ("<|start|>", "<|channel|>"), special_tokens=True),
-    Dialect("mistral", re.compile(r"mistral|magistral|ministral|devstral|codestral|mixtral|pixtral", re.I), _spec(specs.MISTRAL), specs.MISTRAL.starts, special_tokens=True, ends_reasoning=True, calls_in_reasoning=False),
+    Dialect("mistral", re.compile(r"mistral|magistral|ministral|devstral|codestral|mixtral|pixtral", re.I), _spec(specs.MISTRAL), specs.MISTRAL.starts, special_tokens=True, ends_reasoning=True, calls_in_reasoning=False,
+            # v13+ thinks in `[THINK]…[/THINK]`, rendered by its template as one chunk before any
+            # `[TOOL_CALLS]`: a `[TOOL_CALLS]` inside is the thought's (vLLM's Mistral reasoning
+            # parser hands the tool parser only what follows `[/THINK]`).
+            reasoning_tags=(("[THINK]", "[/THINK]"),), thought_keeps=("[TOOL_CALLS]",)),
     # Hermes before the XML dialects: they share `<tool_call>`, and each takes only what follows
     # it in its own form (`{`, `<function=`, a name), releasing the rest at once.
     # Granite 4 writes Hermes blocks.
     Dialect("hermes", re.compile(r"qwen|qwq|hermes|nous|granite", re.I), _spec(specs.HERMES), specs.HERMES.starts),
     # Seed-OSS before Qwen XML: its wrapper holds Qwen's elements, and where both run (a model the
     # table does not know) the wrapper must be read with its call, not left around a bare one.
-    Dialect("seed_oss", re.compile(r"seed-oss|seed_oss", re.I), _spec(specs.SEED_OSS), specs.SEED_OSS.starts),
+    Dialect("seed_oss", re.compile(r"seed-oss|seed_oss", re.I), _spec(specs.SEED_OSS), specs.SEED_OSS.starts, reasoning_tags=(("<seed:think>", "</seed:think>"),)),
     # Nemotron 3 writes Qwen3-Coder XML.
     Dialect("qwen_xml", re.compile(r"qwen|nemotron", re.I), _spec(specs.QWEN_XML), specs.QWEN_XML.starts),
     Dialect("glm", re.compile(r"glm|zhipu|z-ai", re.I), _spec(specs.GLM), specs.GLM.starts),
@@ -170,11 +176,12 @@ class ScopeLexers:
             return self._calls(reasoning=True, field=True)
         tool_starts = tuple(t for d in self._dialects if d.ends_reasoning for t in d.starts)
         pairs = dict(pair for d in self._dialects for pair in d.reasoning_tags)
+        keeps = {opener: d.thought_keeps for d in self._dialects if d.thought_keeps for opener, _ in d.reasoning_tags}
         # A family whose template may have opened the block (the request did not say) may write a
         # bare closer: watched for up to the first call marker (see ThinkLexer).
         # (No call can begin without declared tools: nothing ends the watch early then.)
         bare_close = (self._call_starts if self.scope.tools else ()) if self.may_be_preopened and preopened else None
-        think = ThinkLexer(preopened=self.preopened and preopened and not started, tool_starts=tool_starts, started=started, pairs=pairs, bare_close=bare_close)
+        think = ThinkLexer(preopened=self.preopened and preopened and not started, tool_starts=tool_starts, started=started, pairs=pairs, keeps=keeps, bare_close=bare_close)
         self._watched(think)
         return ReasoningSplit(think, self._calls(reasoning=True, tags_only=True), self._calls(reasoning=False))
 

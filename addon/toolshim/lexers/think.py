@@ -5,9 +5,10 @@
     It is sunny.
 
 The text between the tags is reasoning (`ReasoningText`); the rest stays content. Spellings:
-`<think>`, `<reasoning>`, `<thought>`, `<seed:think>` (Seed-OSS), `[THINK]` (Mistral v13+),
-each with its own closing tag, and the pairs of the families that run (`pairs`, the registry's
-`reasoning_tags`: Cohere Command's `<|START_THINKING|>`). Templates that pre-open the block
+`<think>`, `<reasoning>`, `<thought>`, each with its own closing tag, and the pairs of the
+families that run (`pairs`, the registry's `reasoning_tags`: Seed-OSS's `<seed:think>`,
+Mistral's `[THINK]`, Command's `<|START_THINKING|>`; `keeps`: the markers a family's thought
+keeps as its text, Mistral's `[TOOL_CALLS]`). Templates that pre-open the block
 (DeepSeek-R1, QwQ, Qwen3 Thinking) make the output start inside reasoning with only the closing
 tag to come: `preopened=True`.
 
@@ -15,7 +16,7 @@ States (`_state`):
 
     START   --an opening tag first------> THINK    (the tag and whitespace before it dropped)
     START   --anything else-------------> CONTENT  (WATCH where a closer may come bare)
-    WATCH   --a closing tag-------------> CONTENT  (the tag and the whitespace after it dropped)
+    WATCH   --`</think>`----------------> CONTENT  (the tag dropped, the layout after it kept)
     WATCH   --a tool-call marker--------> CONTENT  (arguments may hold the tags)
     THINK   --a closing tag-------------> CONTENT  (the tag and the whitespace after it dropped)
     THINK   --a tool-call section begins-> CONTENT  (registry `ends_reasoning`: the call ends it;
@@ -35,20 +36,10 @@ from __future__ import annotations
 from .base import Lexer, Marker, ReasoningText, Reporting, Segment, Text, find_marker
 
 CLOSE, TOOLS, STOP = "close", "tools", "stop"  # marker kinds inside a block, and WATCH's own
-_PAIRS = {
-    "<think>": "</think>",
-    "<reasoning>": "</reasoning>",
-    "<thought>": "</thought>",
-    "<seed:think>": "</seed:think>",
-    "[THINK]": "[/THINK]",
-}
-# Every spelling, opening and closing (the SSE layer's fast path looks for them too).
+_PAIRS = {"<think>": "</think>", "<reasoning>": "</reasoning>", "<thought>": "</thought>"}  # any model's
+# Every generic spelling, opening and closing (the registry adds the families' own for the
+# SSE layer's fast path).
 REASONING_TAGS = tuple(_PAIRS) + tuple(_PAIRS.values())
-# Markup a block keeps as its thought, by opening tag: Mistral's `[TOOL_CALLS]` written inside
-# `[THINK]…[/THINK]` is part of the thought, the call after `[/THINK]` is the call (vLLM's
-# Mistral reasoning parser hands the tool parser only what follows `[/THINK]`; the v13 chat
-# template renders the thought as one chunk, `[THINK]…[/THINK]`, before any `[TOOL_CALLS]`).
-_THOUGHT_KEEPS = {"[THINK]": ("[TOOL_CALLS]",)}
 
 _CLOSE_MARKERS = tuple(Marker(t, CLOSE) for t in _PAIRS.values())
 
@@ -64,7 +55,10 @@ class ThinkLexer(Reporting):
     that strips think tags, an argument that holds them) and pass untouched.
     """
 
-    def __init__(self, *, preopened: bool = False, tool_starts: tuple[str, ...] = (), started: bool = False, pairs: dict[str, str] | None = None, bare_close: tuple[str, ...] | None = None) -> None:
+    def __init__(
+        self, *, preopened: bool = False, tool_starts: tuple[str, ...] = (), started: bool = False, pairs: dict[str, str] | None = None,
+        keeps: dict[str, tuple[str, ...]] | None = None, bare_close: tuple[str, ...] | None = None,
+    ) -> None:  # fmt: skip
         """`bare_close`: watch for a bare closer after a start that opened nothing, up to the first
         of these markers (the running dialects' starts); None: no watch."""
         self._pairs = {**_PAIRS, **pairs} if pairs else _PAIRS
@@ -73,7 +67,7 @@ class ThinkLexer(Reporting):
         self._watch_markers = None if bare_close is None else (Marker(_BARE_CLOSER, CLOSE),) + tuple(Marker(t, STOP) for t in bare_close)
         after_start = CONTENT if bare_close is None else WATCH
         self._start = THINK if preopened else after_start if started else START  # started: content was sent before
-        self._markers_in = {tag: tuple(m for m in self._think_markers if m.kind != TOOLS or m.text not in kept) for tag, kept in _THOUGHT_KEEPS.items()}
+        self._markers_in = {tag: tuple(m for m in self._think_markers if m.kind != TOOLS or m.text not in kept) for tag, kept in (keeps or {}).items()}
         self._reset()
         self._report_idle()
 
