@@ -77,3 +77,32 @@ def test_broken_native_tool_calls_are_repaired(upstream, openai_client, unique_m
     assert call.id == "call_a" and call.function.name == "get_weather"
     assert call.function.arguments == '{"city": "Paris"}'
     assert choice.finish_reason == "tool_calls"
+
+
+def test_a_bare_think_closer_never_reaches_content(upstream, openai_client, unique_model):
+    # Qwen3 without a word on thinking in the request: its template may have opened the block,
+    # so a bare `</think>` is markup (issue 20); what came before it is already content.
+    model = "Qwen3-32B-" + unique_model
+    text = "The user wants weather.</think>\n\nI cannot know the weather without a lookup."
+    upstream.add(model, chunks=[content_stream(model, text, size=4)])
+    choice = final(openai_client, model)
+    assert choice.message.content == "The user wants weather.\n\nI cannot know the weather without a lookup."
+    assert choice.finish_reason == "stop"
+
+
+def test_deepseek_v4_call_inside_thinking_then_its_late_closer(upstream, openai_client, unique_model):
+    # DeepSeek V4 with thinking on writes its DSML calls inside the reasoning the template
+    # opened, then `</think>` (vLLM #46079): reasoning, one call, no `</think>` in content.
+    model = "DeepSeek-V4-" + unique_model
+    text = ('I will look it up.\n\n<｜DSML｜tool_calls>\n<｜DSML｜invoke name="get_weather">\n'
+            '<｜DSML｜parameter name="city" string="true">Paris</｜DSML｜parameter>\n'
+            '<｜DSML｜parameter name="days" string="false">3</｜DSML｜parameter>\n'
+            '</｜DSML｜invoke>\n</｜DSML｜tool_calls></think>')  # fmt: skip
+    upstream.add(model, chunks=[content_stream(model, text, size=6)])
+    with openai_client.chat.completions.stream(model=model, messages=MESSAGES, tools=[WEATHER], extra_body={"chat_template_kwargs": {"thinking": True}}) as stream:
+        choice = stream.get_final_completion().choices[0]
+    assert choice.message.model_extra["reasoning_content"].strip() == "I will look it up."
+    (call,) = choice.message.tool_calls
+    assert (call.function.name, json.loads(call.function.arguments)) == ("get_weather", {"city": "Paris", "days": 3})
+    assert not (choice.message.content or "").strip()
+    assert choice.finish_reason == "tool_calls"
