@@ -735,9 +735,8 @@ def _type_native_calls(message: dict[str, Any], context: RequestContext, stats: 
             changed = True
         if arguments is not None and not isinstance(arguments, str):
             continue  # no telling what a client makes of it: as it came
-        typing = ArgumentTyping.for_tool(context.tools.get(function.get("name") or ""), stats.stream_repairs)
-        typed = typing.feed(arguments or "") + typing.finish()
-        if typing.null or not typed.strip(" \t\r\n"):
+        typed = ArgumentTyping.for_tool(context.tools.get(function.get("name") or ""), stats.stream_repairs).whole(arguments or "")
+        if typed is None:
             stats.stream_repairs[EMPTY_ARGUMENTS] += 1
             typed = "{}"
         if typed != arguments:

@@ -467,6 +467,12 @@ class ArgumentTyping:
     def held(self) -> bool:
         return self._held is not None or self._maybe_null is not None
 
+    def whole(self, text: str) -> str | None:
+        """A call's arguments all at once (a non-streaming body, a copy never streamed): typed,
+        or None when they are `null` or empty (the caller sends `{}`)."""
+        typed = self.feed(text) + self.finish()
+        return None if self.null or not typed.strip(_WHITESPACE) else typed
+
     def feed(self, text: str) -> str:
         out: list[str] = []
         for c in text:

@@ -747,9 +747,9 @@ class ResponsesRewriter:
             if text is None:
                 return  # left as upstream sent it (noted)
             call.baseline = text
-            typed = typing.feed(text) + typing.finish()
-            empty = typing.null or not typed.strip(_JSON_WHITESPACE)
-            resolved = "{}" if empty else typed
+            typed = typing.whole(text)
+            empty = typed is None
+            resolved = "{}" if typed is None else typed
             tail = resolved if resolved != text or call.object_counted else ""
         if empty:
             self.stats.stream_repairs[EMPTY_ARGUMENTS] += 1

@@ -106,9 +106,6 @@ MARKUP_STARTS = tuple(dict.fromkeys([t for d in DIALECTS for t in d.starts] + li
 # Chat templates that open the reasoning block in the prompt: the output starts inside it and
 # only `</think>` appears (research: parsers.md 1.10).
 PREOPENED_MODELS = re.compile(r"deepseek-r1|qwq|qwen3-[\w.-]*thinking|qwen3\.[56]", re.I)
-# Families whose templates open the block when thinking is on (backends.py): where the request
-# does not say, their output may still start inside it, and a bare closer may come.
-MAY_BE_PREOPENED = THINKING_TEMPLATES
 
 
 def starts_in_reasoning(context) -> bool:
@@ -152,7 +149,9 @@ class ScopeLexers:
         context = scope.context
         self._dialects = dialects_for(context.model, context.dialects)
         self.preopened = starts_in_reasoning(context)
-        self.may_be_preopened = not self.preopened and context.reasoning_preopened is None and bool(MAY_BE_PREOPENED.search(context.model))
+        # A family whose template opens the block when thinking is on (backends.py), and a request
+        # that does not say: the output may still start inside it, and a bare closer may come.
+        self.may_be_preopened = not self.preopened and context.reasoning_preopened is None and bool(THINKING_TEMPLATES.search(context.model))
         self._call_starts = tuple(dict.fromkeys(t for d in self._dialects for t in d.starts))
         self.llama_bare_json = _reads_own_start(context, "llama")
         self.harmony_start = _reads_own_start(context, "harmony")
