@@ -33,6 +33,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Collection
+from functools import lru_cache
 from typing import Any, NamedTuple
 
 from ..calls import INVALID_JSON, UNKNOWN_NAME, CallScope
@@ -146,21 +147,118 @@ class Spec:
 
 def lexer(spec: Spec, scope: CallScope, *, max_held: int = 1 << 20, **options: Any) -> BlockLexer:
     """The lexer of one channel for `spec` (`options`: the body kind's own)."""
+    return _lexer_class(spec)(scope, max_held=max_held, **options)
+
+
+@lru_cache(maxsize=None)
+def _lexer_class(spec: Spec) -> type[BlockLexer]:
+    """The body kind's class for `spec`, made once: its grammar (step table, tags) lives in the
+    class, so that each of the many lexers a stream runs holds only its own state."""
     kind = {JsonCalls: JsonCallsLexer, XmlParams: XmlParamsLexer, KeyValues: KeyValuesLexer, NamedCalls: NamedCallsLexer, LlamaCalls: LlamaCallsLexer}[type(spec.body)]
-    return kind(spec, scope, max_held=max_held, **options)
+    grammar = kind._grammar(spec.body)
+    grammar["_steps"] = {AFTER: kind._step_after, **grammar["_steps"]}
+    grammar |= {"_body": spec.body, "_opens": spec.opens, "_opens_by_text": {m.text: m for m in spec.opens}}
+    return type(f"{kind.__name__}[{spec.name}]", (kind,), grammar)
 
 
 # -- the engine --------------------------------------------------------------------------------
 
-Step = Callable[[str, int, int, list[Segment]], "int | None"]
-Then = Callable[[str, int, Any, list[Segment]], "int | None"]  # what a step makes of `buf[j]`, a tag found there
+Step = Callable[[Any, str, int, int, list[Segment]], "int | None"]  # (the lexer, buf, pos, limit, out)
+Then = Callable[[Any, str, int, Any, list[Segment]], "int | None"]  # what a step makes of `buf[j]`, a tag found there
+
+
+def _at_tag(tags: Collection[str], then: Then, raw: bool = False) -> Step:
+    """A BLOCK step: whitespace (`raw`: any text) up to a tag of `tags` is held, then
+    `then(lexer, buf, j, tag, out)` reads on from `j` (`tag` None: another character is there)."""
+
+    def step(self: BlockLexer, buf: str, i: int, limit: int, out: list[Segment]) -> int | None:
+        j, tag = (self._scan_to_tag if raw else self._tag_after_ws)(buf, i, limit, tags)
+        return self._wait(buf, j, limit, out) if tag is _PARTIAL else then(self, buf, j, tag, out)
+
+    return step
+
+
+def _held(then: Then, run: re.Pattern[str] = _WS, name: str = "", most: int = 0, tags: tuple[str, ...] = ()) -> Step:
+    """A LIVE step: a run of `run` (whitespace) is held, then `then(lexer, buf, end, tag, out)`
+    reads the character after it (`tag`: the one of `tags` there, or None; a tag cut short waits).
+    `name`: the attribute the run is added to, a name of at most `most` characters (a longer
+    run is prose: not a call)."""
+
+    def step(self: BlockLexer, buf: str, i: int, limit: int, out: list[Segment]) -> int | None:
+        room = self._room(i, len(buf))
+        if name:
+            read = getattr(self, name)
+            room = min(room, i + most - len(read) + 1)
+        end = run.match(buf, i, room).end()
+        self._take(buf, i, end)
+        if self._over_cap(out):
+            return end
+        if name:
+            setattr(self, name, read + buf[i:end])
+            if len(read) + end - i > most:
+                return self._release(out, end)
+        if end == len(buf):
+            return None
+        tag = self._tag(buf, end, tags)
+        return self._hold(buf, end) if tag is _PARTIAL else then(self, buf, end, tag, out)
+
+    return step
+
+
+def _opener(first: str, state: str, mark: bool = True) -> Step:
+    """A LIVE step: whitespace, then a character of `first` begins the value (`state`; `mark`:
+    it begins here, `_value_at`); anything else is not a call (`[TOOL_CALLS] [see below]`, a
+    `<|python_tag|>` before code for Llama's own interpreter, a model explaining the syntax:
+    the tag shows now, its prose streams live)."""
+
+    def then(self: BlockLexer, buf: str, end: int, tag: None, out: list[Segment]) -> int | None:
+        if buf[end] not in first:
+            return self._release(out, end)
+        if mark:
+            self._value_at = self._size
+        self._state = state
+        return end
+
+    return _held(then)
+
+
+def _follow(scanner: str, cut_by: tuple[str, ...], closed: Callable[..., int], cut: Any = None) -> Step:
+    """A LIVE step: follow a value with the lexer's attribute `scanner` (`JsonScanner`'s contract)
+    from where the last piece stopped; `closed(lexer, out, end)` when it closes. A tag of `cut_by`
+    outside its strings is `cut(lexer, out, at, tag)`; by default it cuts the value short:
+    released (TEXT reads it)."""
+
+    def step(self: BlockLexer, buf: str, pos: int, limit: int, out: list[Segment]) -> int | None:
+        limit = self._room(pos, len(buf))
+        follow = getattr(self, scanner)
+        while True:
+            j, what = follow.scan(buf, pos, limit, self._final)
+            self.examined += j - pos
+            self._take(buf, pos, j)
+            if what is CLOSED:
+                return closed(self, out, j)
+            if what is MORE:
+                return j if self._over_cap(out) else None
+            if what is STOP:  # maybe a tag: the look-ahead counts as one of the first tag's length
+                self.examined += min(len(cut_by[0]), len(buf) - j)
+            tag = _PARTIAL if what is WAIT else self._tag(buf, j, cut_by)
+            if tag is _PARTIAL:  # more text is needed to read `buf[j:]`
+                return self._hold(buf, j)
+            if tag is not None:
+                return cut(self, out, j, tag) if cut else self._release(out, j)
+            follow.take(buf[j])
+            self._take(buf, j, j + 1)
+            pos = j + 1
+
+    return step
 
 
 class BlockLexer(Reporting):
     """Everything but the body's grammar: text, padding, holding a block, the cap, the verdict.
 
-    A body kind gives `_step_table` (one step per state: it reads `buf` from a position up to
-    `limit` and returns where reading goes on, or None: it waits for more text), `_FIRST` (the
+    A body kind gives `_grammar` (its class attributes for a body: the step table `_steps`, one
+    step per state, which reads `buf` from a position up to `limit` and returns where reading
+    goes on, or None: it waits for more text; made once per spec, `lexer`), `_FIRST` (the
     state an opening marker of each kind begins), `_reset_body` and `_verdict(text)` (the calls
     of the block `text`, admitted; None: it is text). Steps hold what they read (`_take`): every
     character of a block once, plus a bounded look-ahead. They check the cap one of two ways:
@@ -170,16 +268,17 @@ class BlockLexer(Reporting):
     _LIVE = False  # LIVE padding (see the module docstring); else BLOCK
     _initial = TEXT  # the state the text begins in
 
-    def __init__(self, spec: Spec, scope: CallScope, *, max_held: int = 1 << 20) -> None:
-        self._body = spec.body
-        self._opens = spec.opens
-        self._opens_by_text = {m.text: m for m in spec.opens}
+    _body: Body
+    _opens: tuple[Marker, ...]
+    _opens_by_text: dict[str, Marker]
+    _steps: dict[str, Step]
+
+    def __init__(self, scope: CallScope, *, max_held: int = 1 << 20) -> None:
         self._scope = scope
         self.judge = ToolCallJudge(scope)  # its validator cache and INVALID_SCHEMA notes
         self._max_held = max_held
         self._pass_through = not scope.tools  # nothing held, nothing scanned
         self.examined = 0  # characters of JSON bodies examined by the scanner, over the lexer's life
-        self._steps: dict[str, Step] = {AFTER: self._step_after, **self._step_table()}
         self._reset()
         if self._state != TEXT:
             self._report(False)
@@ -267,7 +366,7 @@ class BlockLexer(Reporting):
             # Never read past the cap (see the module docstring); `pos - size` is where the block began.
             limit = min(len(buf), max(pos, pos + self._max_held - self._size))
             while self._state != TEXT and pos is not None:
-                pos = self._steps[self._state](buf, pos, limit, out)
+                pos = self._steps[self._state](self, buf, pos, limit, out)
 
     def _scan_text(self, buf: str, pos: int, out: list[Segment], final: bool) -> int | None:
         """TEXT: pass text on; stop at an opening marker, or hold what may still become one."""
@@ -340,16 +439,6 @@ class BlockLexer(Reporting):
             self._take(buf, j, j + 1)
             i = j + 1
 
-    def _at_tag(self, tags: Collection[str], then: Then, raw: bool = False) -> Step:
-        """A BLOCK step: whitespace (`raw`: any text) up to a tag of `tags` is held, then
-        `then(buf, j, tag, out)` reads on from `j` (`tag` None: another character is there)."""
-
-        def step(buf: str, i: int, limit: int, out: list[Segment]) -> int | None:
-            j, tag = (self._scan_to_tag if raw else self._tag_after_ws)(buf, i, limit, tags)
-            return self._wait(buf, j, limit, out) if tag is _PARTIAL else then(buf, j, tag, out)
-
-        return step
-
     def _name_upto(self, buf: str, i: int, limit: int, stop: re.Pattern[str]) -> tuple[int, bool]:
         """BLOCK: name characters from `i` are held and added to `_name`, up to `stop`: where they
         end (`limit`: `_wait`); False: the name grew longer than MAX_NAME, it is none."""
@@ -383,80 +472,10 @@ class BlockLexer(Reporting):
             return True
         return False
 
-    def _held(self, then: Then, run: re.Pattern[str] = _WS, name: str = "", most: int = 0, tags: tuple[str, ...] = ()) -> Step:
-        """A LIVE step: a run of `run` (whitespace) is held, then `then(buf, end, tag, out)` reads
-        the character after it (`tag`: the one of `tags` there, or None; a tag cut short waits).
-        `name`: the attribute the run is added to, a name of at most `most` characters (a longer
-        run is prose: not a call)."""
-
-        def step(buf: str, i: int, limit: int, out: list[Segment]) -> int | None:
-            room = self._room(i, len(buf))
-            if name:
-                read = getattr(self, name)
-                room = min(room, i + most - len(read) + 1)
-            end = run.match(buf, i, room).end()
-            self._take(buf, i, end)
-            if self._over_cap(out):
-                return end
-            if name:
-                setattr(self, name, read + buf[i:end])
-                if len(read) + end - i > most:
-                    return self._release(out, end)
-            if end == len(buf):
-                return None
-            tag = self._tag(buf, end, tags)
-            return self._hold(buf, end) if tag is _PARTIAL else then(buf, end, tag, out)
-
-        return step
-
-    def _opener(self, first: str, state: str, mark: bool = True) -> Step:
-        """A LIVE step: whitespace, then a character of `first` begins the value (`state`; `mark`:
-        it begins here, `_value_at`); anything else is not a call (`[TOOL_CALLS] [see below]`, a
-        `<|python_tag|>` before code for Llama's own interpreter, a model explaining the syntax:
-        the tag shows now, its prose streams live)."""
-
-        def then(buf: str, end: int, tag: None, out: list[Segment]) -> int | None:
-            if buf[end] not in first:
-                return self._release(out, end)
-            if mark:
-                self._value_at = self._size
-            self._state = state
-            return end
-
-        return self._held(then)
-
     def _tag(self, buf: str, j: int, tags: Collection[str]) -> Any:
         """`match_tag` to the end of `buf`; once the text has ended, a tag cut short is none."""
         tag = match_tag(buf, j, len(buf), tags)
         return None if tag is _PARTIAL and self._final else tag
-
-    def _follow(self, scanner: Any, cut_by: tuple[str, ...], closed: Callable[..., int], cut: Any = None) -> Step:
-        """A LIVE step: follow a value with `scanner` (`JsonScanner`'s contract) from where the last
-        piece stopped; `closed(out, end)` when it closes. A tag of `cut_by` outside its strings is
-        `cut(out, at, tag)`; by default it cuts the value short: released (TEXT reads it)."""
-
-        def step(buf: str, pos: int, limit: int, out: list[Segment]) -> int | None:
-            limit = self._room(pos, len(buf))
-            while True:
-                j, what = scanner.scan(buf, pos, limit, self._final)
-                self.examined += j - pos
-                self._take(buf, pos, j)
-                if what is CLOSED:
-                    return closed(out, j)
-                if what is MORE:
-                    return j if self._over_cap(out) else None
-                if what is STOP:  # maybe a tag: the look-ahead counts as one of the first tag's length
-                    self.examined += min(len(cut_by[0]), len(buf) - j)
-                tag = _PARTIAL if what is WAIT else self._tag(buf, j, cut_by)
-                if tag is _PARTIAL:  # more text is needed to read `buf[j:]`
-                    return self._hold(buf, j)
-                if tag is not None:
-                    return cut(out, j, tag) if cut else self._release(out, j)
-                scanner.take(buf[j])
-                self._take(buf, j, j + 1)
-                pos = j + 1
-
-        return step
 
     # -- after a block (LIVE) ----------------------------------------------------------------------
 
@@ -553,14 +572,13 @@ class JsonCallsLexer(BlockLexer):
 
     _FIRST = {"open": OPEN}
 
-    def _step_table(self) -> dict[str, Step]:
-        self._scanner = JsonScanner(stops="<")
-        tags = tuple(tag for tag in (self._body.close, self._body.open) if tag)
-        value = self._follow(self._scanner, tags, self._value_closed, self._tag_read)
-        return {OPEN: self._opener("{[", JSON, mark=False), JSON: value}
+    @classmethod
+    def _grammar(cls, b: JsonCalls) -> dict[str, Any]:
+        tags = tuple(tag for tag in (b.close, b.open) if tag)
+        return {"_steps": {OPEN: _opener("{[", JSON, mark=False), JSON: _follow("_scanner", tags, cls._value_closed, cls._tag_read)}}
 
     def _reset_body(self) -> None:
-        self._scanner.reset()
+        self._scanner = JsonScanner(stops="<")
         self._value_end = -1  # size at which the top-level value closed, -1 while it is open
 
     def feed(self, text: str) -> list[Segment]:
@@ -667,24 +685,22 @@ class XmlParamsLexer(_ParamsLexer):
 
     _FIRST = {"wrap": WRAP, "bare": NAME}  # `_reset_body` readies NAME for a function's name
 
-    def _step_table(self) -> dict[str, Step]:
-        b: XmlParams = self._body  # type: ignore[assignment]
-        self._WRAP_OPEN, self._WRAP_CLOSE = b.wrap
-        self._FUNC_OPEN, self._FUNC_CLOSE = b.function
-        self._PARAM_OPEN, self._PARAM_CLOSE = b.parameter
-        self._name_stop = {FUNC: re.compile(b.function_name_stop), PARAM: re.compile(b.parameter_name_stop)}
-        self._name_stop[IMPLICIT] = self._name_stop[PARAM]
-        self._reads_name = {self._FUNC_OPEN: FUNC, self._PARAM_OPEN: PARAM}  # tags a name follows
-        wrap_tags = (self._FUNC_OPEN, self._WRAP_CLOSE, self._WRAP_OPEN)  # (also what confirms a function end)
-        body_tags = (self._PARAM_OPEN, self._FUNC_CLOSE)  # (also what confirms a bare function's parameter end)
+    @classmethod
+    def _grammar(cls, b: XmlParams) -> dict[str, Any]:
+        (wrap_open, wrap_close), (func_open, func_close), (param_open, param_close) = b.wrap, b.function, b.parameter
+        param_stop = re.compile(b.parameter_name_stop)
+        wrap_tags = (func_open, wrap_close, wrap_open)  # (also what confirms a function end)
+        body_tags = (param_open, func_close)  # (also what confirms a bare function's parameter end)
         # In a value: each tag's kind of element, and whether it closes one (closers first).
-        self._value_tags = {self._PARAM_CLOSE: (PARAM, True), self._FUNC_CLOSE: (FUNC, True),
-                            self._WRAP_CLOSE: (WRAPPER, True), self._PARAM_OPEN: (PARAM, False),
-                            self._FUNC_OPEN: (FUNC, False), self._WRAP_OPEN: (WRAPPER, False)}
-        return {WRAP: self._at_tag(wrap_tags, self._next_tag), NAME: self._step_name, BODY: self._at_tag(body_tags, self._next_tag),
-                VALUE: self._at_tag(self._value_tags, self._value_tag, raw=True), IN_WRAP: self._at_tag(wrap_tags, self._in_wrap_tag, raw=True),
-                PEND: self._at_tag(body_tags + (self._WRAP_CLOSE,), self._next_tag), PEND_BARE: self._at_tag(body_tags, self._next_tag),
-                PEND_END: self._at_tag(wrap_tags, self._next_tag), AFTER_BARE: self._step_after_bare}
+        value_tags = {param_close: (PARAM, True), func_close: (FUNC, True), wrap_close: (WRAPPER, True),
+                      param_open: (PARAM, False), func_open: (FUNC, False), wrap_open: (WRAPPER, False)}
+        return {"_WRAP_OPEN": wrap_open, "_WRAP_CLOSE": wrap_close, "_FUNC_OPEN": func_open, "_PARAM_CLOSE": param_close,
+                "_name_stop": {FUNC: re.compile(b.function_name_stop), PARAM: param_stop, IMPLICIT: param_stop},
+                "_reads_name": {func_open: FUNC, param_open: PARAM}, "_value_tags": value_tags,  # (tags a name follows)
+                "_steps": {WRAP: _at_tag(wrap_tags, cls._next_tag), NAME: cls._step_name, BODY: _at_tag(body_tags, cls._next_tag),
+                           VALUE: _at_tag(value_tags, cls._value_tag, raw=True), IN_WRAP: _at_tag(wrap_tags, cls._in_wrap_tag, raw=True),
+                           PEND: _at_tag(body_tags + (wrap_close,), cls._next_tag), PEND_BARE: _at_tag(body_tags, cls._next_tag),
+                           PEND_END: _at_tag(wrap_tags, cls._next_tag), AFTER_BARE: cls._step_after_bare}}
 
     def _reset_body(self) -> None:
         super()._reset_body()
@@ -864,13 +880,12 @@ class KeyValuesLexer(_ParamsLexer):
 
     _FIRST = {"open": KV_NAME}
 
-    def _step_table(self) -> dict[str, Step]:
-        b: KeyValues = self._body  # type: ignore[assignment]
-        self._name_stop = re.compile(b.name_stop)
-        self._gap = re.compile(rf"(?:\s|{re.escape(b.escaped)})*" if b.escaped else r"\s*")
-        return {KV_NAME: self._step_name, AFTER_NAME: self._at_tag((b.key[0], b.close), self._pend_tag), KEY: self._step_key,
-                KV: self._at_tag((b.value[0],), self._value_open), KV_VALUE: self._at_tag((b.value[1],), self._value_end, raw=True),
-                KV_PEND: self._at_tag((b.key[0], b.close, b.open), self._pend_tag)}
+    @classmethod
+    def _grammar(cls, b: KeyValues) -> dict[str, Any]:
+        return {"_name_stop": re.compile(b.name_stop), "_gap": re.compile(rf"(?:\s|{re.escape(b.escaped)})*" if b.escaped else r"\s*"),
+                "_steps": {KV_NAME: cls._step_name, AFTER_NAME: _at_tag((b.key[0], b.close), cls._pend_tag), KEY: cls._step_key,
+                           KV: _at_tag((b.value[0],), cls._value_open), KV_VALUE: _at_tag((b.value[1],), cls._value_end, raw=True),
+                           KV_PEND: _at_tag((b.key[0], b.close, b.open), cls._pend_tag)}}
 
     def _reset_body(self) -> None:
         super()._reset_body()
@@ -977,24 +992,23 @@ class NamedCallsLexer(BlockLexer):
     _LIVE = True
     _FIRST = {"open": CALLS}
 
-    def _step_table(self) -> dict[str, Step]:
-        b: NamedCalls = self._body  # type: ignore[assignment]
-        self._scanner = JsonScanner(stops="[")  # a `[` may begin `open`
+    @classmethod
+    def _grammar(cls, b: NamedCalls) -> dict[str, Any]:
         inner = (b.args, b.call_id, b.open)
-        value = self._follow(self._scanner, (b.open,), self._close)
-        return {
-            CALLS: self._held(self._after_open, re.compile(b.pad), tags=(b.open,)),
-            LIST_OPEN: self._opener("{", LIST, mark=False),  # the list began at its `[`
-            CALL_NAME: self._held(self._after_name, _NAME_RUN, "_name", MAX_CALL_NAME, inner),
-            CALL_ID: self._held(self._inner_tag, _ID_RUN, "_model_id", MAX_ID, inner),
-            ARGS_OPEN: self._opener("{", ARGS),
+        value = _follow("_scanner", (b.open,), cls._close)
+        return {"_steps": {
+            CALLS: _held(cls._after_open, re.compile(b.pad), tags=(b.open,)),
+            LIST_OPEN: _opener("{", LIST, mark=False),  # the list began at its `[`
+            CALL_NAME: _held(cls._after_name, _NAME_RUN, "_name", MAX_CALL_NAME, inner),
+            CALL_ID: _held(cls._inner_tag, _ID_RUN, "_model_id", MAX_ID, inner),
+            ARGS_OPEN: _opener("{", ARGS),
             LIST: value,
             ARGS: value,
-        }
+        }}
 
     def _reset_body(self) -> None:
         self._model_id = ""
-        self._scanner.reset()
+        self._scanner = JsonScanner(stops="[")  # a `[` may begin `open`
 
     def _continues(self, c: str) -> str | None:
         return CALL_NAME if _NAME_CHAR.match(c) else None  # v13+: the next name right after a call
@@ -1057,32 +1071,29 @@ class LlamaCallsLexer(BlockLexer):
     _LIVE = True
     _FIRST = {FUNCTION: FUNC_NAME, NAMED: FUNC_NAME, PYTHON: PY_OPEN, TAGGED: TAG_OPEN}
 
-    def __init__(self, spec: Spec, scope: CallScope, *, max_held: int = 1 << 20, bare_json: bool = False) -> None:
+    def __init__(self, scope: CallScope, *, max_held: int = 1 << 20, bare_json: bool = False) -> None:
         self._initial = START if bare_json else TEXT
-        super().__init__(spec, scope, max_held=max_held)
+        super().__init__(scope, max_held=max_held)
 
-    def _step_table(self) -> dict[str, Step]:
-        b: LlamaCalls = self._body  # type: ignore[assignment]
-        self._json = JsonScanner(stops="<")
-        self._python = PythonScanner()
-        self._tagged_gap = re.compile(rf"[\s{re.escape(b.separator)}]*")
+    @classmethod
+    def _grammar(cls, b: LlamaCalls) -> dict[str, Any]:
         func_cut = (b.function_end, b.function[0])
-        return {
-            START: self._step_start,
-            FUNC_NAME: self._held(self._after_name, _NAME_RUN, "_name", MAX_CALL_NAME),
-            FUNC_OPEN: self._held(self._after_name_tag, tags=(b.function_end,)),
-            FUNC_ARGS: self._follow(self._json, func_cut, self._value_closed),
-            FUNC_END: self._held(self._after_args, tags=func_cut),
-            PY_OPEN: self._opener("[", PY_LIST),
-            PY_LIST: self._follow(self._python, (b.python[1], b.python[0], b.tagged), self._close),
-            TAG_OPEN: self._opener("{", TAG_JSON),
-            TAG_JSON: self._follow(self._json, (b.tagged,) + b.tagged_ends, self._close),
-        }
+        return {"_tagged_gap": re.compile(rf"[\s{re.escape(b.separator)}]*"), "_steps": {
+            START: cls._step_start,
+            FUNC_NAME: _held(cls._after_name, _NAME_RUN, "_name", MAX_CALL_NAME),
+            FUNC_OPEN: _held(cls._after_name_tag, tags=(b.function_end,)),
+            FUNC_ARGS: _follow("_json", func_cut, cls._value_closed),
+            FUNC_END: _held(cls._after_args, tags=func_cut),
+            PY_OPEN: _opener("[", PY_LIST),
+            PY_LIST: _follow("_python", (b.python[1], b.python[0], b.tagged), cls._close),
+            TAG_OPEN: _opener("{", TAG_JSON),
+            TAG_JSON: _follow("_json", (b.tagged,) + b.tagged_ends, cls._close),
+        }}
 
     def _reset_body(self) -> None:
         self._value_end = -1  # FUNC_END: where it ended
-        self._json.reset()
-        self._python.reset()
+        self._json = JsonScanner(stops="<")
+        self._python = PythonScanner()
 
     def _continues(self, c: str) -> str | None:
         # Llama 3.x's calls follow one another after `;` (its template writes `; `), a newline,
