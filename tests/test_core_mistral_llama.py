@@ -457,6 +457,8 @@ def test_pythonic_without_end_token_ends_at_the_list():
         "[toolName(x=1e999)]",
         "[toolName(x=1 + 2)]",
         "[toolName(x=b'raw')]",
+        "[toolName(x={1, 2})]",  # literals that are no JSON data: a set, a complex number
+        "[toolName(x=1 + 2j)]",
         "[toolName(x=[1,))]]",  # brackets that balance, Python that does not parse
     ],
 )

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import ast
 import json
-import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -23,7 +22,7 @@ import orjson
 from jsonschema.exceptions import best_match
 
 from .calls import INVALID_JSON, INVALID_SCHEMA, REPAIRED_JSON, SCHEMA_MISMATCH, STRICT_FAILURE, UNKNOWN_NAME, CallScope, excerpt
-from .schema import compact_json, loads_strict, refuse_constant
+from .schema import compact_json, loads_strict, plain_data, refuse_constant
 from .tools import ToolSpec
 
 # A block whose own quotes are escaped (`{\"name\": …`) was written inside a JSON string: the
@@ -308,9 +307,10 @@ class NotACall(Exception):
 
 
 def pythonic_entries(source: str) -> list[dict[str, Any]]:
-    """`[name(key=literal, ...), ...]` as call objects, read with `ast.parse`, nothing evaluated:
-    only keyword arguments whose values are literals (strings, numbers, True/False/None, lists,
-    tuples, dicts with string keys). Raises `NotACall` with the reason."""
+    """`[name(key=literal, ...), ...]` as call objects, read with `ast.parse`, nothing run: only
+    keyword arguments whose values are literals of JSON data (`ast.literal_eval`: strings,
+    numbers, True/False/None, lists, tuples, dicts with string keys). Raises `NotACall` with
+    the reason."""
     try:
         tree = ast.parse(source, mode="eval")
     except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:  # ValueError: a NUL
@@ -327,35 +327,9 @@ def pythonic_entries(source: str) -> list[dict[str, Any]]:
         for keyword in node.keywords:
             if keyword.arg is None:
                 raise NotACall(f"{node.func.id}: ** arguments")
-            try:
-                arguments[keyword.arg] = _py_literal(keyword.value)
-            except RecursionError:
-                raise NotACall(f"{node.func.id}: nested too deeply") from None
+            try:  # (sets, bytes, complex numbers, NaN: no JSON value)
+                arguments[keyword.arg] = plain_data(ast.literal_eval(keyword.value))
+            except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError) as exc:
+                raise NotACall(f"{node.func.id}: {keyword.arg} is not a literal ({type(exc).__name__})") from None
         entries.append({"name": node.func.id, "arguments": arguments})
     return entries
-
-
-def _py_literal(node: ast.expr) -> Any:
-    """The JSON value of a literal; nothing is evaluated, anything else raises `NotACall`."""
-    if isinstance(node, ast.Constant):
-        value = node.value
-        if value is None or isinstance(value, (bool, int, str)):
-            return value
-        if isinstance(value, float) and math.isfinite(value):
-            return value
-    elif isinstance(node, (ast.List, ast.Tuple)):
-        return [_py_literal(element) for element in node.elts]
-    elif isinstance(node, ast.Dict):
-        result = {}
-        for key, value in zip(node.keys, node.values):
-            if not (isinstance(key, ast.Constant) and isinstance(key.value, str)):
-                raise NotACall("a dict key that is not a string")
-            result[key.value] = _py_literal(value)
-        return result
-    elif isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
-        operand = node.operand
-        if isinstance(operand, ast.Constant) and type(operand.value) in (int, float):
-            value = -operand.value if isinstance(node.op, ast.USub) else operand.value
-            if not isinstance(value, float) or math.isfinite(value):
-                return value
-    raise NotACall(f"not a literal: {type(node).__name__}")

@@ -198,12 +198,13 @@ def _container(text: str, types: set[str]) -> Any:
 def _literal(text: str) -> Any:
     """A Python literal as plain JSON data, or `_NO` (sets, bytes, complex: not JSON)."""
     try:
-        return _plain(ast.literal_eval(text))
+        return plain_data(ast.literal_eval(text))
     except Exception:  # SyntaxError, ValueError, MemoryError, RecursionError: not a literal
         return _NO
 
 
-def _plain(value: Any) -> Any:
+def plain_data(value: Any) -> Any:
+    """A Python literal's value as plain JSON data (tuples as lists); ValueError: none."""
     if value is None or isinstance(value, (str, bool, int)):
         return value
     if isinstance(value, float):
@@ -211,9 +212,9 @@ def _plain(value: Any) -> Any:
             raise ValueError("not a JSON number")
         return value
     if isinstance(value, (list, tuple)):
-        return [_plain(item) for item in value]
+        return [plain_data(item) for item in value]
     if isinstance(value, dict) and all(isinstance(key, str) for key in value):
-        return {key: _plain(item) for key, item in value.items()}
+        return {key: plain_data(item) for key, item in value.items()}
     raise ValueError("not JSON data")
 
 
