@@ -11,8 +11,7 @@ from __future__ import annotations
 import ast
 import json
 import re
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
 from functools import lru_cache
 from typing import Any
 
@@ -34,14 +33,6 @@ Calls = list[tuple[str, str, "str | None"]]
 
 
 # -- the verdict on a closed block ------------------------------------------------------------
-
-
-@dataclass(slots=True, frozen=True)
-class ParsedCall:
-    """One call a block makes: a declared tool and the JSON text of an object."""
-
-    name: str
-    arguments: str
 
 
 class _Rejected(Exception):
@@ -78,22 +69,23 @@ class ToolCallJudge:
         self.scope = scope
         self._validators: dict[str, Any] = {}  # tool name -> validator, or None: not validated
 
-    def verdict(self, block: str) -> list[ParsedCall] | None:
-        """The calls to emit for `block` (the text between the tags), admitted; None: text. Why
-        not is noted; what was repaired or did not fit, only for calls admitted."""
+    def verdict(self, block: str, ids: Sequence[str | None] = ()) -> Calls | None:
+        """The calls to emit for `block` (the text between the tags), admitted, each with the id of
+        `ids` in its place if any; None: text. Why not is noted; what was repaired or did not
+        fit, only for calls admitted."""
         notes: list[tuple[str, str]] = []  # what was repaired or did not fit
         try:
             calls = self._check(block, notes)
         except _Rejected as rejected:
             self.scope.note(*rejected.args)
             return None
-        if not self.scope.admit_all([call.name for call in calls]):
+        if not self.scope.admit_all([name for name, _ in calls]):
             return None
         for problem, detail in notes:
             self.scope.note(problem, detail)
-        return calls
+        return [(name, arguments, ids[k] if k < len(ids) else None) for k, (name, arguments) in enumerate(calls)]
 
-    def _check(self, block: str, notes: list[tuple[str, str]]) -> list[ParsedCall]:
+    def _check(self, block: str, notes: list[tuple[str, str]]) -> list[tuple[str, str]]:
         if not self.scope.tools:
             raise _Rejected(UNKNOWN_NAME, "no tools were declared")
         value = loads_strict(block, _INVALID)
@@ -109,10 +101,11 @@ class ToolCallJudge:
             raise _Rejected(INVALID_JSON, "an empty list of calls")
         calls = [self._check_entry(entry, repaired, notes) for entry in entries]
         if repaired:  # one note for the block, first
-            notes.insert(0, (REPAIRED_JSON, f"{calls[0].name}: block JSON repaired"))
+            notes.insert(0, (REPAIRED_JSON, f"{calls[0][0]}: block JSON repaired"))
         return calls
 
-    def _check_entry(self, entry: Any, repaired: bool, notes: list[tuple[str, str]]) -> ParsedCall:
+    def _check_entry(self, entry: Any, repaired: bool, notes: list[tuple[str, str]]) -> tuple[str, str]:
+        """(name, arguments JSON text) of a call object, or `_Rejected`."""
         # After a repair, anything but a call to a declared tool means the repair failed.
         if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
             raise _Rejected(INVALID_JSON, f"not a call object {excerpt(compact_json(entry))}")
@@ -146,7 +139,7 @@ class ToolCallJudge:
             if spec.strict:
                 raise _Rejected(STRICT_FAILURE, f"{name}: {error}")
             notes.append((SCHEMA_MISMATCH, f"{name}: {error}"))
-        return ParsedCall(name, text)
+        return name, text
 
     def schema_error(self, spec: ToolSpec, arguments: dict[str, Any]) -> str | None:
         """Why `arguments` do not fit the tool's parameters, or None (fits, or no schema)."""
@@ -280,23 +273,20 @@ def judge_entries(judge: ToolCallJudge, block: str) -> Calls | None:
     """
     entries = call_entries(block)
     if entries is None:
-        calls = judge.verdict(block)
-        return [(call.name, call.arguments, None) for call in calls] if calls else None
+        return judge.verdict(block)
     shown: list[Any] = []
     for entry in entries:
         if isinstance(entry, dict):
             arguments = _arguments(entry)
             entry = {"name": entry.get("name")} | ({} if arguments is None else {"arguments": arguments})
         shown.append(entry)
-    calls = judge.verdict(compact_json(shown))  # one call for each entry, or none
-    ids = [entry.get("id") if isinstance(entry, dict) else None for entry in entries]
-    return [(call.name, call.arguments, model_id if isinstance(model_id, str) else None) for call, model_id in zip(calls, ids)] if calls else None
+    ids = [entry.get("id") if isinstance(entry, dict) and isinstance(entry.get("id"), str) else None for entry in entries]
+    return judge.verdict(compact_json(shown), ids)  # one call for each entry, or none
 
 
 def judge_call(judge: ToolCallJudge, name: str, arguments: str, model_id: str | None = None) -> Calls | None:
     """The verdict on one call written as a name and the JSON text of its arguments."""
-    calls = judge.verdict(compact_json({"name": name, "arguments": arguments}))
-    return [(call.name, call.arguments, model_id) for call in calls] if calls else None
+    return judge.verdict(compact_json({"name": name, "arguments": arguments}), (model_id,))
 
 
 # -- pythonic call lists (Llama 4) ----------------------------------------------------------------

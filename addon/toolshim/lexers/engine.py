@@ -622,8 +622,7 @@ class JsonCallsLexer(BlockLexer):
         entries = call_entries(block) if key != "name" else None
         if entries is not None:  # the judge reads `name`: renamed, the arguments as written
             block = compact_json([{"name": e.get(key), "arguments": e.get("parameters", e.get("arguments"))} if isinstance(e, dict) else e for e in entries])
-        calls = self.judge.verdict(block)
-        return [(call.name, call.arguments, None) for call in calls] if calls else None
+        return self.judge.verdict(block)
 
 
 # -- held calls with parameters: what XmlParams and KeyValues share ------------------------------
@@ -652,8 +651,7 @@ class _ParamsLexer(BlockLexer):
             properties = _properties(tools[name]) or {}
             arguments = {key: coerce_value(self._value_text(text, *where), properties.get(key)) for key, *where in params}
             entries.append({"name": name, "arguments": arguments})
-        calls = self.judge.verdict(compact_json(entries)) if entries else None
-        return [(call.name, call.arguments, None) for call in calls] if calls else None
+        return self.judge.verdict(compact_json(entries)) if entries else None
 
 
 # -- XML parameters (Qwen3-Coder, MiniMax, Seed-OSS) ---------------------------------------------

@@ -170,8 +170,8 @@ class TokenLexer(Reporting):
     def _judged(self, out: list[Segment], name: str, arguments: str) -> bool:
         """Ask the judge about a held call; emit it if it is one."""
         calls = self.judge.verdict(compact_json({"name": name, "arguments": arguments}))
-        for call in calls or ():
-            out.extend((CallBegin(self._scope.mint_call_id(), call.name), CallArgs(call.arguments), CallEnd()))
+        for called, arguments, _ in calls or ():
+            out.extend((CallBegin(self._scope.mint_call_id(), called), CallArgs(arguments), CallEnd()))
         return bool(calls)
 
     def _raw_add(self, text: str) -> None:
