@@ -170,6 +170,8 @@ class JsonScanner:
     one character always decides). Each character is examined once.
     """
 
+    _OPENERS, _CLOSERS = "{[", "}]"
+
     def __init__(self, stops: str = "") -> None:
         self._stops = stops
         self._value_stop = re.compile("[" + re.escape("{}[]\"" + stops) + "]")
@@ -213,9 +215,9 @@ class JsonScanner:
         """Read one character outside strings; True when it closes the value."""
         if c == '"':
             self.in_string = True
-        elif c in "{[":
+        elif c in self._OPENERS:
             self.depth += 1
-        elif c in "}]" and self.depth:
+        elif c in self._CLOSERS and self.depth:
             self.depth -= 1
             return self.depth == 0
         return False

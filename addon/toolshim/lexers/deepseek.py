@@ -165,7 +165,7 @@ class DeepSeekLexer(TokenLexer):
         elif state == ARGS:
             self._args_text(text, out)
         elif state == HEADER:
-            self._header_add(text, out)
+            self._markup_add(text, out, header=True)
         elif state in (HELD, FENCED, INVOKE):
             self._markup_add(text, out, INVOKE_VISIBLE if state == INVOKE else VISIBLE)
         else:  # VISIBLE, INVOKE_VISIBLE

@@ -1091,7 +1091,7 @@ class LlamaCallsLexer(BlockLexer):
     def _reset_body(self) -> None:
         self._value_end = -1  # FUNC_END: where it ended
         self._json = JsonScanner(stops="<")
-        self._python = PythonScanner()
+        self._python = PythonScanner(stops="<")
 
     def _continues(self, c: str) -> str | None:
         # Llama 3.x's calls follow one another after `;` (its template writes `; `), a newline,
@@ -1173,18 +1173,16 @@ _PY_STOP = re.compile(r"""[\[\](){}'"<]""")
 _IN_STRING = {"'": re.compile(r"['\\]"), '"': re.compile(r'["\\]')}  # by the open string's quote
 
 
-class PythonScanner:
+class PythonScanner(JsonScanner):
     """`JsonScanner`'s contract for a Python list: strings (`'`, `"`, triple-quoted), escapes and
     brackets; a `<` outside strings is a STOP. WAIT: a quote at the end of the text may still
-    begin (or end) a triple quote."""
+    begin (or end) a triple quote. (Quotes are read here: `take` gets brackets and `<` only.)"""
 
-    def __init__(self) -> None:
-        self.reset()
+    _OPENERS, _CLOSERS = "([{", ")]}"
 
     def reset(self) -> None:
-        self.depth = 0
+        super().reset()
         self.quote = ""  # the open string's quote, "" outside strings
-        self.escape = False
 
     def scan(self, buf: str, pos: int, limit: int, final: bool = False) -> tuple[int, str]:
         i = pos
@@ -1215,12 +1213,3 @@ class PythonScanner:
             elif self.take(c):
                 return i, CLOSED
         return i, MORE  # `i` may pass `limit` by the rest of a triple quote
-
-    def take(self, c: str) -> bool:
-        """Read one character outside strings; True when it closes the list."""
-        if c in "([{":
-            self.depth += 1
-        elif c in ")]}" and self.depth:
-            self.depth -= 1
-            return self.depth == 0
-        return False

@@ -89,13 +89,8 @@ class HarmonyLexer(TokenLexer):
         self._parts = {ROLE_PART: "", CHANNEL_PART: "", CONSTRAIN_PART: ""}
         self._part = ROLE_PART
 
-    def feed(self, text: str) -> list[Segment]:
-        self._buf += text
-        out = self._run(final=False)
-        idle = self._state == TEXT and not self._buf and not self._ws and self._lead == KEEP and not self._at_start
-        if idle != self.idle:
-            self._report(idle)
-        return out
+    def _idle_now(self) -> bool:
+        return super()._idle_now() and not self._at_start
 
     def _finish(self, fragment: str, out: list[Segment]) -> None:
         if self._state in (ARGS, HELD, VISIBLE):
@@ -149,7 +144,7 @@ class HarmonyLexer(TokenLexer):
             self._args_text(text, out)
         elif state == HEADER:
             self._parts[self._part] += text
-            self._header_add(text, out, TEXT)
+            self._markup_add(text, out, TEXT, header=True)
         else:  # HELD
             self._markup_add(text, out)
 

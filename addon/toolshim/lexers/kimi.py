@@ -205,7 +205,7 @@ class KimiLexer(TokenLexer):
         elif state == ARGS:
             self._args_text(text, out)
         elif state == HEADER:
-            self._header_add(text, out)
+            self._markup_add(text, out, header=True)
         elif state == INFER:
             self._raw_add(text)
             if self._raw_len - self._args_from > self._max_held:

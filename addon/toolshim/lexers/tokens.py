@@ -64,9 +64,7 @@ class TokenLexer(Reporting):
     def feed(self, text: str) -> list[Segment]:
         self._buf += text
         out = self._run(final=False)
-        idle = self._state == TEXT and not self._buf and not self._ws and self._lead == KEEP  # `_idle_now`, inline
-        if idle != self.idle:
-            self._report(idle)
+        self._report_idle()
         return out
 
     def finish(self) -> list[Segment]:
@@ -181,17 +179,13 @@ class TokenLexer(Reporting):
     def _raw_text(self, start: int = 0) -> str:
         return "".join(self._raw[start:])
 
-    def _header_add(self, text: str, out: list[Segment], then: str = VISIBLE) -> None:
-        """Header text, held; a header longer than MAX_HEADER is none: released, then `then`."""
+    def _markup_add(self, text: str, out: list[Segment], then: str = VISIBLE, header: bool = False) -> None:
+        """Markup held as written (`header`: a header's text, also kept in `_header`); more than
+        max_held of it, or a header longer than MAX_HEADER (none, then), is released, then `then`."""
         self._raw_add(text)
-        self._header += text
-        if len(self._header) > MAX_HEADER:
-            self._release(out, then)
-
-    def _markup_add(self, text: str, out: list[Segment], then: str = VISIBLE) -> None:
-        """Markup held as written; more than max_held of it is released, then `then`."""
-        self._raw_add(text)
-        if self._raw_len > self._max_held:
+        if header:
+            self._header += text
+        if (len(self._header) > MAX_HEADER) if header else self._raw_len > self._max_held:
             self._release(out, then)
 
     def _release(self, out: list[Segment], state: str = VISIBLE, closing: str = "") -> None:
