@@ -47,22 +47,22 @@ class ToolCallJudge:
 
     Checks, in order (seed 001, D5 and D5a):
 
-    * the block reads as JSON; if not, one repair pass (`json_repair`), accepted only if it
-      gives call objects naming declared tools with object arguments, and only when none of
-      them is strict (REPAIRED_JSON; otherwise INVALID_JSON, or STRICT_FAILURE);
+    * the block reads as JSON, or after one repair pass (`json_repair`) that gives call objects
+      naming declared tools with object arguments, none strict (REPAIRED_JSON; else
+      INVALID_JSON, or STRICT_FAILURE);
     * every name is a declared tool (UNKNOWN_NAME; no declared tools means no calls at all);
-    * arguments given as JSON text must read as an object: strict tools get no repair
+    * arguments given as JSON text read as an object: strict tools get no repair
       (STRICT_FAILURE), others one repair pass (REPAIRED_JSON, else INVALID_JSON);
-    * arguments are validated against the tool's `parameters`: a strict tool that does not
-      fit makes no call (STRICT_FAILURE, the one policy for strict failures: the block is shown
-      as text and noted); a non-strict one is emitted anyway (SCHEMA_MISMATCH);
+    * arguments fit the tool's `parameters`: a strict tool's call is made only then
+      (STRICT_FAILURE, the one policy for strict failures: the block is text, noted), a
+      non-strict one's anyway (SCHEMA_MISMATCH);
     * `scope.admit_all` (tool_choice none; parallel_tool_calls false: a list of several calls
       stays text too, before anything is admitted).
 
     A list is all-or-nothing: if any entry fails, the whole block stays text (a partial list
-    cannot be shown as text without rewriting the model's bytes). The arguments text is the
-    model's own string when it sent one that reads as an object, otherwise compact JSON with
-    non-ASCII kept: the same block always gives the same text.
+    cannot be shown without rewriting the model's bytes). The arguments text is the model's own
+    string when it reads as an object, else compact JSON with non-ASCII kept: the same block
+    always gives the same text.
     """
 
     def __init__(self, scope: CallScope) -> None:
@@ -208,11 +208,9 @@ _JSON_WS = re.compile(r"[ \t\n\r]*")
 
 
 def call_entries(text: str) -> list[Any] | None:
-    """The call objects of a JSON object or list, arguments objects as the model wrote them.
-
-    Each `"arguments"` / `"parameters"` value that is an object is replaced by its exact text,
-    so that a verdict passes the model's bytes on. None: `text` is not strict JSON.
-    """
+    """The call objects of a JSON object or list, each `"arguments"` / `"parameters"` object
+    replaced by its exact text, so that a verdict passes the model's bytes on. None: `text` is
+    not strict JSON."""
     entries: list[Any] = []
 
     def read_entry(i: int) -> int:
@@ -265,12 +263,9 @@ def _items(text: str, i: int, close: str, read: Callable[[int], int]) -> int:
 
 
 def judge_entries(judge: ToolCallJudge, block: str) -> Calls | None:
-    """The verdict on a JSON call object or list of them, with each call's `"id"` if any.
-
-    Readable JSON is handed to the judge with its arguments objects as text, so the model's
-    bytes are kept; unreadable JSON goes to the judge as it is (one repair pass for non-strict
-    tools, the arguments then re-serialised, ids lost).
-    """
+    """The verdict on a JSON call object or list of them, with each call's `"id"` if any, the
+    model's argument bytes kept (`call_entries`). Unreadable JSON goes to the judge as it is (one
+    repair pass for non-strict tools, the arguments then re-serialised, ids lost)."""
     entries = call_entries(block)
     if entries is None:
         return judge.verdict(block)

@@ -30,8 +30,7 @@ class Dialect:
     models: re.Pattern[str]  # searched in the request's model name, case-insensitively
     make: Callable[[ScopeLexers, bool], Lexer]  # (the scope's lexers, reasoning channel?)
     starts: tuple[str, ...]  # the markers that may begin its markup (the SSE layer's fast path looks for them)
-    # Special-token dialects (Kimi, DeepSeek) end `<think>` themselves; tag dialects run inside
-    # `<think>` too, where only a complete, declared call leaves the reasoning.
+    # Special-token dialects do not run inside `<think>`; tag dialects do (see ReasoningSplit).
     special_tokens: bool = False
     # A call beginning inside `<think>` ends the reasoning (vLLM's kimi_k2 reasoning parser and
     # SGLang treat the section begin as an implicit `</think>`).
@@ -40,9 +39,7 @@ class Dialect:
     # its thought keeps as text (a call written inside the tags is thought, not a call).
     reasoning_tags: tuple[tuple[str, str], ...] = ()
     thought_keeps: tuple[str, ...] = ()
-    # Does its markup in a reasoning field make calls? Not Mistral's: its calls follow `[/THINK]`
-    # and its reasoning parser (vLLM's) hands the tool parser only what follows; markup inside
-    # the thought is the thought (as in content, lexers/think.py).
+    # Does its markup in a reasoning field make calls? (Not Mistral's: see its entry.)
     calls_in_reasoning: bool = True
 
 
@@ -78,8 +75,8 @@ DIALECTS: tuple[Dialect, ...] = (
     Dialect("deepseek", re.compile(r"deepseek", re.I), _deepseek, _DEEPSEEK_STARTS, special_tokens=True, ends_reasoning=True),
     Dialect("harmony", re.compile(r"gpt-oss|gpt_oss", re.I), _harmony, ("<|start|>", "<|channel|>"), special_tokens=True),
     Dialect("mistral", re.compile(r"mistral|magistral|ministral|devstral|codestral|mixtral|pixtral", re.I), _spec(specs.MISTRAL), specs.MISTRAL.starts, special_tokens=True, ends_reasoning=True, calls_in_reasoning=False,
-            # v13+ thinks in `[THINK]…[/THINK]`, rendered by its template as one chunk before any
-            # `[TOOL_CALLS]`: a `[TOOL_CALLS]` inside is the thought's (vLLM's Mistral reasoning
+            # v13+ thinks in `[THINK]…[/THINK]`, one chunk before any `[TOOL_CALLS]`: a `[TOOL_CALLS]`
+            # inside, in content or a reasoning field, is the thought's (vLLM's Mistral reasoning
             # parser hands the tool parser only what follows `[/THINK]`).
             reasoning_tags=(("[THINK]", "[/THINK]"),), thought_keeps=("[TOOL_CALLS]",)),
     # Hermes before the XML dialects: they share `<tool_call>`, and each takes only what follows
@@ -125,9 +122,8 @@ def _reads_own_start(context, name: str) -> bool:
 
 
 def reads_the_start(context) -> bool:
-    """Must the start of the content be read even without a marker in it? (Reasoning that
-    starts pre-opened; a Llama's bare JSON call; gpt-oss's role header.) Then no fast path may
-    skip it."""
+    """Must the start of the content be read even without a marker in it (pre-opened reasoning,
+    `_reads_own_start`)? Then no fast path may skip it."""
     return starts_in_reasoning(context) or _reads_own_start(context, "llama") or _reads_own_start(context, "harmony")
 
 
@@ -176,9 +172,8 @@ class ScopeLexers:
         tool_starts = tuple(t for d in self._dialects if d.ends_reasoning for t in d.starts)
         pairs = dict(pair for d in self._dialects for pair in d.reasoning_tags)
         keeps = {opener: d.thought_keeps for d in self._dialects if d.thought_keeps for opener, _ in d.reasoning_tags}
-        # A family whose template may have opened the block (the request did not say) may write a
-        # bare closer: watched for up to the first call marker (see ThinkLexer).
-        # (No call can begin without declared tools: nothing ends the watch early then.)
+        # Where the block may be pre-opened, a bare closer is watched for up to the first call
+        # marker (see ThinkLexer; without declared tools no call begins to end the watch early).
         bare_close = (self._call_starts if self.scope.tools else ()) if self.may_be_preopened and preopened else None
         think = ThinkLexer(preopened=self.preopened and preopened and not started, tool_starts=tool_starts, started=started, pairs=pairs, keeps=keeps, bare_close=bare_close)
         self._watched(think)

@@ -73,9 +73,8 @@ class Lexer(Protocol):
 
 
 class Reporting:
-    """A lexer that knows whether it is idle (nothing held; text without markers would pass
-    unchanged) and reports each change to its watcher, when it has one: the `ScopeLexers` that
-    made it counts its lexers that hold something (`busy`), so its `idle` costs nothing to ask."""
+    """A lexer that reports each change of its `idle` (see `Lexer`) to its watcher, if any: the
+    `ScopeLexers` that made it counts its busy lexers (`busy`), so its `idle` costs nothing."""
 
     idle = True
     watcher: Any = None  # a ScopeLexers
@@ -122,10 +121,9 @@ def find_marker(buf: str, start: int, markers: tuple[Marker, ...], final: bool) 
     """Find the first marker in `buf[start:]`, or the point from which one may still begin.
 
     Only positions holding the first character of some marker ("<" for most dialects, "[" for
-    Mistral's) are examined: the cost is linear in the text whatever their density. When a
-    whole marker matches but a longer one could still match once more text arrives, the
-    position is held (`marker=None`): this is what lets a truncated marker like
-    `<|tool_calls_section_end|` count only when no `>` follows.
+    Mistral's) are examined: linear in the text whatever their density. Where a whole marker
+    matches but a longer one still may, the position is held (`marker=None`): a truncated
+    marker like `<|tool_calls_section_end|` counts only when no `>` follows.
     """
     firsts = _first_chars(markers)
     n = len(buf)
@@ -236,11 +234,8 @@ class PlainText:
 
 
 class ChainLexer:
-    """Two dialects on one channel: `first` reads the text, `second` reads `first`'s Text.
-
-    When `first` emits anything but text (a call, the end of reasoning), whatever `second`
-    holds is finished before it, so output keeps the order of the input.
-    """
+    """Two dialects on one channel: `first` reads the text, `second` reads `first`'s Text. When
+    `first` emits anything else, what `second` holds is finished first: output keeps input order."""
 
     def __init__(self, first: Lexer, second: Lexer) -> None:
         self.first = first
@@ -269,9 +264,8 @@ class ChainLexer:
 
 class TextPieces:
     """Text that arrives in token-sized pieces and is held until a block closes. A list of 1-4
-    character strings costs about 60 bytes a character (an object and a pointer each); joining
-    every `BATCH` pieces keeps it near one byte a character, and copies each character once
-    more than appending to the list did, so holding stays linear."""
+    character strings costs about 60 bytes a character; joining every `BATCH` pieces keeps it
+    near one byte, copying each character once more: holding stays linear."""
 
     BATCH = 256
 

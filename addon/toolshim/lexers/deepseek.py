@@ -18,40 +18,33 @@
 The bars are U+FF5C and `▁` is U+2581, matched exactly (an ASCII `|` or `_` is text). Accepted
 as well: calls with no section around them, a call missing its end (the next call or the
 section end closes it), V3 arguments without the fence, a DSML invoke whose body is a JSON
-object (SGLang's "format 2"), a DSML parameter without `string=`. DSML values are typed by the
-tool's schema before the `string=` mark (`_parameter_value`). DeepSeek-V4 with thinking on
-writes its DSML block inside the reasoning and only then `</think>` (vLLM #46079): in a reasoning
-channel a `</think>` after a section ends the reasoning; in content, a `</think>` right after a
-section that made calls (whitespace aside) is markup, dropped like an end token.
+object (SGLang's "format 2"), a DSML parameter without `string=` (values: `_parameter_value`).
+DeepSeek-V4 with thinking on writes its DSML block inside the reasoning, then `</think>` (vLLM
+#46079): in a reasoning channel a `</think>` after a section ends the reasoning; in content, one
+right after a section that made calls (whitespace aside) is markup, dropped like an end token.
 
-V3.1 arguments of a non-strict tool stream live (the name is final at the separator). Held
-until the call ends, then judged: V3 fenced arguments (the fence comes off both ends; a torn
-call must be shown as written), a strict tool's call, and each DSML invoke (its arguments
-rebuilt as one JSON object from its parameters; a call as soon as it closes).
+V3.1 calls stream live (the name is final at the separator). Held until the call ends, then
+judged: V3 fenced arguments (the fence comes off both ends; a torn call is shown as written)
+and each DSML invoke (its parameters rebuilt as one JSON object; a call as soon as it closes).
 
 States (`_state`), and what moves between them:
 
     TEXT    --section begin--> SECTION, --DSML begin--> BLOCK, --call begin--> HEADER (no section)
     TEXT    --`</think>` (reasoning channel: after a section; content: right after calls)--> TEXT
     SECTION --call begin--> HEADER, --section end--> TEXT
-    HEADER  --separator--> FENCED (the header is `function`), ARGS (a declared non-strict tool,
-            admitted), HELD (a strict tool), VISIBLE (anything else, or over MAX_HEADER: text)
+    HEADER  --separator--> FENCED (the header is `function`), else ARGS, HELD or VISIBLE (`_begin`);
+            over MAX_HEADER: VISIBLE
     ARGS, HELD, FENCED, VISIBLE --call end--> SECTION (TEXT for a call with no section),
             --call begin--> HEADER (the next call; the last one is closed), --section end--> TEXT
     BLOCK   --invoke begin--> INVOKE --invoke end--> BLOCK (a call, or the invoke as text)
     INVOKE  --held more than max_held--> INVOKE_VISIBLE --invoke end--> BLOCK
     BLOCK, INVOKE, INVOKE_VISIBLE --DSML end--> TEXT
 
-Text and padding (the output depends on the text, never on its pieces): text outside markup
-passes as it comes, whitespace in front of a section and stray closers included. Inside a
-section or block, whitespace between markup is padding: kept aside with the section's markup
-(`_pad`) until a call is made of it (then dropped), shown as written if none is; other text in
-a section is shown with the whitespace around it. After calls, whitespace is held (prose gets
-it back, the next section takes it, the end drops it). A call that does not become one
-(undeclared, not admitted, strict failure, cut off, over `max_held`) is text exactly as
-written. `finish()`: a live call is closed (`{}` when no argument came), a held call is judged
-if complete (an invoke needs its end), anything else held is text. Without declared tools
-everything passes through at once.
+Calls, whitespace and `finish()` follow tokens.py (an invoke is complete only with its end).
+Text outside markup passes as it comes, whitespace in front of a section and stray closers
+included. Whitespace between markup in a section or block is padding, kept aside with the
+section's markup (`_pad`, which also takes whitespace held after earlier calls): dropped once a
+call is made of it, shown as written if none is; other text in a section keeps its whitespace.
 """
 
 from __future__ import annotations
@@ -158,9 +151,6 @@ class DeepSeekLexer(TokenLexer):
     def _take(self, text: str, out: list[Segment]) -> None:
         state = self._state
         if state in (TEXT, SECTION, BLOCK):
-            # HOLD: whitespace after a marker in a section (padding, if markup follows) or after
-            # calls (prose gets it back); text that is not markup is shown with the whitespace
-            # around it. DROP: the content after `</think>` starts at its first word.
             self._lead_text(text, out)
         elif state == ARGS:
             self._args_text(text, out)
@@ -333,9 +323,8 @@ def _parameter_value(value: str, string: str | None, prop: object) -> str:
     `type` names and lists, `anyOf` / `oneOf`, `enum`), then by the `string=` attribute:
 
     * the schema admits no string: the value is typed by it (`coerce_value`) whatever the
-      markup says, so `string="true"` on an integer gives the integer (the model's attribute is
-      a guess, the client's schema is not); a value that reads as no allowed type stays as the
-      markup says, for the judge;
+      markup says (`string="true"` on an integer gives the integer: the model's attribute is a
+      guess, the client's schema is not); a value of no allowed type stays so, for the judge;
     * the schema admits a string: `string="true"` keeps the text as is (no trimming: the
       official encoding writes it verbatim); `string="false"` keeps the model's JSON only when
       its type is allowed, so `null`, `true`, `42` stay strings where only a string fits; no

@@ -13,8 +13,7 @@ first message has no `<|start|>assistant` (the prompt ended with it), so with `l
 
 * `analysis` is reasoning: its body streams live as `ReasoningText`.
 * A recipient `to=functions.NAME` (in the channel or the role header) on any channel (vLLM's
-  Harmony parsing) makes the message a call when NAME is a declared tool: a non-strict tool's
-  arguments stream live, a strict tool's are held and judged. Any other recipient (undeclared,
+  Harmony parsing) makes the message a call, as tokens.py says; any other recipient (undeclared,
   or a built-in such as `browser.search`) keeps the whole message as text, exactly as written.
 * `final`, `commentary` without a recipient (a preamble for the user) and other channels are
   content: the body streams live as `Text`, after one `ReasoningEnd` before the first such
@@ -30,10 +29,8 @@ States (`_state`), and what moves between them:
     REASONING, CONTENT, ARGS, HELD, VISIBLE --end token, or (an implied end) `<|start|>` or
            `<|channel|>`--> TEXT or HEADER;  HELD --more than max_held held--> VISIBLE
 
-Whitespace after a message that was markup (any but VISIBLE) is held: prose gets it back, the
-next message and the end drop it. `finish()`: a live call is closed (`{}` when no argument
-came), a held call is judged, a header cut short is text, a marker cut in half at the end of a
-body is dropped; the lexer is then as new.
+Whitespace after a message that was markup (any but VISIBLE) is held, and `finish()` ends what
+is held, as tokens.py says (a reasoning or content body cut off is what it is).
 
 Markup whose special tokens were stripped (`commentary to=functions.x json{…}`, from upstreams
 decoding with `skip_special_tokens`) is not read: it is a guess, and prose quoting the syntax
@@ -97,7 +94,7 @@ class HarmonyLexer(TokenLexer):
             self._close_message(out, "", rest=fragment)
         elif self._state == HEADER:  # cut off before it was complete
             self._show(out, self._raw_text() + fragment)
-        # REASONING, CONTENT: a body cut off is what it is; only the marker fragment goes.
+        # REASONING, CONTENT: only the marker fragment goes.
 
     def _markers(self) -> tuple[Marker, ...]:
         if self._state == TEXT:
@@ -113,9 +110,7 @@ class HarmonyLexer(TokenLexer):
         return super()._run(final)
 
     def _read_lead(self, buf: str) -> int | None:
-        """The very start of the output (`lead_recipient`): the rest of the first message's role
-        header, cut by the template after `<|start|>assistant`, is a recipient followed by
-        `<|channel|>` (` to=functions.NAME<|channel|>commentary json<|message|>{…}`). Returns
+        """The very start (`lead_recipient`: the rest of a role header, see the module docstring):
         where reading goes on (past `<|channel|>` when it is one), or None: more text decides."""
         found = _LEAD.match(buf)
         rest = buf[found.end() :]

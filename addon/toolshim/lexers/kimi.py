@@ -7,8 +7,9 @@
 Accepted as well: singular section tokens, calls with no section around them, calls with no
 `<|tool_call_end|>` (the next call or the section end closes them), a section end missing its
 final `>`, the paper's `<|tool_arguments_begin|>`, and any whitespace around the markers
-(servers that keep special tokens decode them with a space on each side). In a reasoning
-channel a `</think>` after a section ends the reasoning.
+(servers that keep special tokens decode them with a space on each side: padding, not text).
+In a reasoning channel a `</think>` after a section ends the reasoning. Calls, whitespace and
+`finish()` follow tokens.py; in a section and after `</think>` the lead policy is DROP.
 
 States (`_state`), and what moves between them:
 
@@ -135,8 +136,7 @@ class KimiCallNamer:
 
 
 class KimiLexer(TokenLexer):
-    """Incremental lexer for one channel of one choice (see the module docstring). Whitespace
-    right after markup: HOLD until prose follows, DROP in a section and after `</think>`."""
+    """Incremental lexer for one channel of one choice (see the module docstring)."""
     def __init__(self, namer: KimiCallNamer, *, reasoning: bool = False, max_held: int = 1 << 20) -> None:
         super().__init__(namer.scope, max_held=max_held)
         self._namer = namer
@@ -146,9 +146,8 @@ class KimiLexer(TokenLexer):
 
     def feed(self, text: str) -> list[Segment]:
         if self._state == ARGS and self._args_sent and not self._buf and not self._ws and text and "<" not in text and not text[-1].isspace():
-            # The bulk of a tool-call stream. Arguments with no `<` (every marker starts with
-            # one) and no whitespace at the end (which would be held) go on as they came: what
-            # `_run` makes of them, without its search.
+            # The bulk of a tool-call stream: arguments with no `<` (which every marker starts
+            # with) and no whitespace to hold at the end go on as `_run` would pass them.
             return [CallArgs(text)]
         return super().feed(text)
 
@@ -176,24 +175,21 @@ class KimiLexer(TokenLexer):
         if match is not None and match.marker is not None:
             if self._state != TEXT or match.marker.kind not in (SECTION_BEGIN, CALL_BEGIN):
                 return end
-            # Servers that keep special tokens decode them with a space on each side: the
-            # space arriving with a section or call begin is its padding, not text.
+            # The space decoded in front of a section or call begin is its padding (module docstring).
             return pos + len(buf[pos:end].rstrip())
         if final or not (self._lead == HOLD or (match is not None and self._state == TEXT)):
             return end
-        # Whitespace at the end may be padding before the next marker: left unread until
-        # something else arrives (bounded, so a flood of spaces still flows). Also in front of a
-        # possible marker's beginning, as the other dialects do: sent early, it would stay where
-        # one piece holding it and the marker drops it (fuzzing).
+        # Whitespace at the end may be padding before the next marker: left unread until more
+        # arrives (bounded: a flood of spaces still flows). Also before a possible marker, as in
+        # the other dialects: sent early, it would stay where one piece with the marker drops it.
         text_end = pos + len(buf[pos:end].rstrip())
         return text_end if end - text_end < self._max_held else end
 
     def _take(self, text: str, out: list[Segment]) -> None:
         state = self._state
         if state in (TEXT, SECTION):
-            # Inside a section only the whitespace right after a marker is padding (DROP is set
-            # on entering it): lstripping every piece would lose the spaces between words that
-            # arrive as tokens of their own (" world"), and only when split (found by fuzzing).
+            # In a section only the whitespace right after a marker is padding (DROP): stripping
+            # every piece would lose spaces between words sent as tokens (" world"; fuzzing).
             if self._lead == DROP:
                 text = text.lstrip()
             elif self._lead == HOLD and text.isspace():

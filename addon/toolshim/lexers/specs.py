@@ -45,13 +45,12 @@ GLM = Spec(
 
 # IBM Granite 3.x:  <|tool_call|>[{"name": "get_weather", "arguments": {"city": "Oslo"}}, …]
 # (its chat template; vLLM's `granite` parser; llama.cpp's Granite grammar). No closer: the list
-# ends the call, the turn ends after it. Granite 4 writes Hermes blocks (<tool_call>{…}</tool_call>).
+# ends the call, the turn ends after it.
 GRANITE = Spec("granite", JsonCalls(open="<|tool_call|>", close=""))
 
 # NVIDIA Nemotron (Llama-3.1/3.3-Nemotron Nano/Super/Ultra, Nemotron-Nano-9B/12B-v2):
 #   <TOOLCALL>[{"name": "get_weather", "arguments": {"city": "Oslo"}}, …]</TOOLCALL>
 # (the Nano-v2 chat template; vLLM's `llama_nemotron_json`; llama.cpp's Nemotron v2 grammar).
-# Nemotron 3 writes Qwen3-Coder XML (<tool_call><function=…>), read by `qwen_xml`.
 NEMOTRON = Spec("nemotron", JsonCalls(open="<TOOLCALL>", close="</TOOLCALL>"))
 
 # Cohere Command R7B / Command A:

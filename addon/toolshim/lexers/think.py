@@ -4,13 +4,13 @@
 
     It is sunny.
 
-The text between the tags is reasoning (`ReasoningText`); the rest stays content. Spellings:
-`<think>`, `<reasoning>`, `<thought>`, each with its own closing tag, and the pairs of the
-families that run (`pairs`, the registry's `reasoning_tags`: Seed-OSS's `<seed:think>`,
-Mistral's `[THINK]`, Command's `<|START_THINKING|>`; `keeps`: the markers a family's thought
-keeps as its text, Mistral's `[TOOL_CALLS]`). Templates that pre-open the block
-(DeepSeek-R1, QwQ, Qwen3 Thinking) make the output start inside reasoning with only the closing
-tag to come: `preopened=True`.
+A block opens only at the start of the content (whitespace aside), where models write it: the
+text between the tags is reasoning (`ReasoningText`), the rest is content. Spellings: `<think>`,
+`<reasoning>`, `<thought>`, each with its own closing tag, and the pairs of the families that run
+(`pairs`, the registry's `reasoning_tags`: Seed-OSS's `<seed:think>`, Mistral's `[THINK]`,
+Command's `<|START_THINKING|>`; `keeps`: the markers a family's thought keeps as its text,
+Mistral's `[TOOL_CALLS]`). Templates that pre-open the block (DeepSeek-R1, QwQ, Qwen3 Thinking)
+make the output start inside reasoning with only the closing tag to come: `preopened=True`.
 
 States (`_state`):
 
@@ -21,14 +21,12 @@ States (`_state`):
     THINK   --a closing tag-------------> CONTENT  (the tag and the whitespace after it dropped)
     THINK   --a tool-call section begins-> CONTENT  (registry `ends_reasoning`: the call ends it;
                                                     the marker goes on, for the call dialects)
-    CONTENT: everything is content, tags included (code and arguments may hold them)
+    CONTENT: everything is content, tags included (code that strips think tags, arguments)
 
 A pre-opened stream starts in THINK, where an opening tag written anyway (DeepSeek-R1-0528
 writes its own) is dropped too. WATCH (`bare_close`): a family whose template may open the block
 (by request: thinking was not said) may write a bare closer; what came before it went out as
 content, and the closer itself never does (issue 20: a bare `</think>` never reaches content).
-
-Only a possible tag prefix is ever held back, as in every dialect.
 """
 
 from __future__ import annotations
@@ -48,12 +46,7 @@ _BARE_CLOSER = "</think>"  # WATCH's: the families that may leave the block open
 
 
 class ThinkLexer(Reporting):
-    """Splits one content channel into reasoning and content (see the module docstring).
-
-    A reasoning block opens only at the start of the content (leading whitespace aside): that
-    is where models write it. Anywhere later, `<think>` and `</think>` are the model's text (code
-    that strips think tags, an argument that holds them) and pass untouched.
-    """
+    """Splits one content channel into reasoning and content (see the module docstring)."""
 
     def __init__(
         self, *, preopened: bool = False, tool_starts: tuple[str, ...] = (), started: bool = False, pairs: dict[str, str] | None = None,
@@ -129,9 +122,8 @@ class ThinkLexer(Reporting):
                 continue
             end = len(buf) if match is None else match.pos
             if match is not None and match.marker is None:
-                # A possible tag is held: so is the whitespace in front of it, else the dialects
-                # behind would get it alone, and it would stay where in one piece with markup
-                # it is that markup's padding (found by fuzzing).
+                # A possible tag is held with the whitespace before it: sent alone, the dialects
+                # behind would keep what, in one piece with markup, is its padding (fuzzing).
                 end = pos + len(buf[pos:end].rstrip())
             if end > pos:
                 self._emit(buf[pos:end], out)
@@ -142,8 +134,7 @@ class ThinkLexer(Reporting):
             pos = match.pos + len(marker.text)
             was, self._state = self._state, CONTENT
             if marker.kind == CLOSE:
-                # After a bare closer the text before it was sent as content: what follows keeps
-                # its layout, so that the two do not run together.
+                # After a bare closer (WATCH) the layout is kept: the text before went out as content.
                 self._drop_ws = was == THINK
             else:  # a tool call begins (inside reasoning, or WATCH ends): content for the call dialects
                 out.append(Text(marker.text))
@@ -181,10 +172,8 @@ class ThinkLexer(Reporting):
 
 class ReasoningSplit:
     """A content channel that may hold reasoning: `ThinkLexer` splits it, and each side runs its
-    own chain of call dialects.
-
-    Calls inside `<think>` follow parsers.md 5.11: tag dialects (Hermes, Qwen) hold a block
-    found in reasoning, bounded like any block, and make it a call only when it is complete,
+    own chain of call dialects. Calls inside `<think>` follow parsers.md 5.11: tag dialects hold
+    a block found there, bounded like any block, and make it a call only when it is complete,
     well-formed and names a declared tool; anything else stays reasoning text. (Kimi and
     DeepSeek sections end the reasoning in `ThinkLexer` itself and are calls.)
     """

@@ -1,13 +1,21 @@
 """What the special-token dialects (Kimi, DeepSeek, Harmony) share: a state machine over markers.
 
 Each state looks for its own markers (`_markers`); the text between them goes to `_take` in
-whatever pieces it comes, each marker to `_on_marker`; `_finish` ends what is held. Only a possible
-beginning of a marker is held unread (`_text_end` may leave more unread). Shared services:
-whitespace held until what follows says whose it is (`_hold`, `_take_ws`, and the lead policy
-of TEXT: KEEP it, HOLD it for the prose that follows, DROP it), a call's opening by its name
-(`_begin`), live arguments (`_args_text`: no whitespace at either end, trailing whitespace held
-until more arguments come), markup held as written (`_raw_add`, `_release`), held calls judged
-(`_judged`), and the end of the text (`finish`).
+whatever pieces it comes, each marker to `_on_marker`. Only a possible beginning of a marker is
+held unread (`_text_end` may leave more), so the output depends on the text, never on its pieces.
+The rules the three keep, stated here once:
+
+* A header naming a declared non-strict tool, admitted, streams its call live; a strict tool's
+  call is held and judged when it ends (`_begin`, `_judged`). A call that does not become one
+  (undeclared, not admitted, strict failure, cut off, over `max_held`) is text as written
+  (`_markup_add`, `_release`).
+* Live arguments have no whitespace at either end: trailing whitespace is held until more
+  arguments come (`_args_text`). Other whitespace is held until what follows says whose it is
+  (`_hold`, `_take_ws`); the lead policy of TEXT: KEEP it, HOLD it for the prose that follows
+  (as after markup: the next markup and the end drop it), DROP it (text starts at its first word).
+* `finish()`: a marker cut in half inside markup is markup, dropped; a live call is closed (`{}`
+  when no argument came), a held call is judged if complete, anything else held is text; the
+  lexer is then as new.
 """
 
 from __future__ import annotations
@@ -40,9 +48,8 @@ class TokenLexer(Reporting):
         self._state = TEXT
         self._buf = ""  # unread text: at most a possible beginning of a marker
         self._lead = KEEP
-        # Whitespace held: the start of a run that may yet prove to be padding, or the end of
-        # live arguments. Kept as parts so that a flood of spaces in small pieces costs linear
-        # time; over max_held it is released.
+        # Whitespace held (padding, or the end of live arguments), in parts: a flood of spaces in
+        # small pieces costs linear time; over max_held it is released.
         self._ws: list[str] = []
         self._ws_len = 0
         self._reset_call()
@@ -68,8 +75,7 @@ class TokenLexer(Reporting):
         return out
 
     def finish(self) -> list[Segment]:
-        """The unread text is read (a marker cut in half inside markup is markup, not text), what
-        is held is closed or shown; the lexer is then as new."""
+        """The end of the text (see the module docstring)."""
         out: list[Segment] = []
         fragment, self._buf = self._buf, ""
         if self._state == TEXT or not is_marker_fragment(fragment, self._all_markers):
@@ -132,9 +138,8 @@ class TokenLexer(Reporting):
         self._show(out, text)
 
     def _begin(self, out: list[Segment], name: str, written: str) -> str:
-        """The header names `name` (`written` so): the state the call goes on in. ARGS: a
-        declared non-strict tool, admitted, streams live; HELD: a strict tool's call is held for
-        the judge; VISIBLE: an undeclared tool, or one not admitted, stays text."""
+        """The header names `name` (`written` so): the call goes on in ARGS (live), HELD (for the
+        judge) or VISIBLE (text), as the module docstring says."""
         spec = self._scope.tools.get(name)
         if spec is None:
             self._scope.note(UNKNOWN_NAME, f"{excerpt(written)} is not a declared tool")
