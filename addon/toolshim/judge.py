@@ -51,11 +51,11 @@ class ToolCallJudge:
       naming declared tools with object arguments, none strict (REPAIRED_JSON; else
       INVALID_JSON, or STRICT_FAILURE);
     * every name is a declared tool (UNKNOWN_NAME; no declared tools means no calls at all);
-    * arguments given as JSON text read as an object: strict tools get no repair
+    * arguments given as JSON text must read as an object: strict tools get no repair
       (STRICT_FAILURE), others one repair pass (REPAIRED_JSON, else INVALID_JSON);
-    * arguments fit the tool's `parameters`: a strict tool's call is made only then
-      (STRICT_FAILURE, the one policy for strict failures: the block is text, noted), a
-      non-strict one's anyway (SCHEMA_MISMATCH);
+    * arguments fit the tool's `parameters`, or a strict tool makes no call (STRICT_FAILURE,
+      the one policy for strict failures: the block is text, noted); a non-strict tool's call
+      is made anyway (SCHEMA_MISMATCH);
     * `scope.admit_all` (tool_choice none; parallel_tool_calls false: a list of several calls
       stays text too, before anything is admitted).
 
@@ -294,8 +294,7 @@ class NotACall(Exception):
 def pythonic_entries(source: str) -> list[dict[str, Any]]:
     """`[name(key=literal, ...), ...]` as call objects, read with `ast.parse`, nothing run: only
     keyword arguments whose values are literals of JSON data (`ast.literal_eval`: strings,
-    numbers, True/False/None, lists, tuples, dicts with string keys). Raises `NotACall` with
-    the reason."""
+    numbers, True/False/None, lists, tuples, dicts with string keys); else `NotACall`."""
     try:
         tree = ast.parse(source, mode="eval")
     except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:  # ValueError: a NUL

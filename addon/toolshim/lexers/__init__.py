@@ -75,9 +75,9 @@ DIALECTS: tuple[Dialect, ...] = (
     Dialect("deepseek", re.compile(r"deepseek", re.I), _deepseek, _DEEPSEEK_STARTS, special_tokens=True, ends_reasoning=True),
     Dialect("harmony", re.compile(r"gpt-oss|gpt_oss", re.I), _harmony, ("<|start|>", "<|channel|>"), special_tokens=True),
     Dialect("mistral", re.compile(r"mistral|magistral|ministral|devstral|codestral|mixtral|pixtral", re.I), _spec(specs.MISTRAL), specs.MISTRAL.starts, special_tokens=True, ends_reasoning=True, calls_in_reasoning=False,
-            # v13+ thinks in `[THINK]…[/THINK]`, one chunk before any `[TOOL_CALLS]`: a `[TOOL_CALLS]`
-            # inside, in content or a reasoning field, is the thought's (vLLM's Mistral reasoning
-            # parser hands the tool parser only what follows `[/THINK]`).
+            # v13+ thinks in `[THINK]…[/THINK]`, one chunk before any `[TOOL_CALLS]`: a
+            # `[TOOL_CALLS]` inside, in content or a reasoning field, is the thought's (vLLM's
+            # Mistral reasoning parser hands the tool parser only what follows `[/THINK]`).
             reasoning_tags=(("[THINK]", "[/THINK]"),), thought_keeps=("[TOOL_CALLS]",)),
     # Hermes before the XML dialects: they share `<tool_call>`, and each takes only what follows
     # it in its own form (`{`, `<function=`, a name), releasing the rest at once.
@@ -115,8 +115,7 @@ def starts_in_reasoning(context) -> bool:
 def _reads_own_start(context, name: str) -> bool:
     """Does dialect `name` read the start of the content with no marker in it? Only where it runs,
     for a model its own pattern names: Llama 3.x's JSON calls without their tag (prose holds
-    JSON); the rest of gpt-oss's first role header (its template ends the prompt with
-    `<|start|>assistant`: the content may start with ` to=functions.NAME<|channel|>…`)."""
+    JSON); the rest of gpt-oss's first role header (see harmony.py)."""
     dialect = next(d for d in DIALECTS if d.name == name)
     return dialect in dialects_for(context.model, context.dialects) and bool(dialect.models.search(context.model))
 
@@ -172,8 +171,7 @@ class ScopeLexers:
         tool_starts = tuple(t for d in self._dialects if d.ends_reasoning for t in d.starts)
         pairs = dict(pair for d in self._dialects for pair in d.reasoning_tags)
         keeps = {opener: d.thought_keeps for d in self._dialects if d.thought_keeps for opener, _ in d.reasoning_tags}
-        # Where the block may be pre-opened, a bare closer is watched for up to the first call
-        # marker (see ThinkLexer; without declared tools no call begins to end the watch early).
+        # No call begins without declared tools: nothing ends the watch (ThinkLexer) early.
         bare_close = (self._call_starts if self.scope.tools else ()) if self.may_be_preopened and preopened else None
         think = ThinkLexer(preopened=self.preopened and preopened and not started, tool_starts=tool_starts, started=started, pairs=pairs, keeps=keeps, bare_close=bare_close)
         self._watched(think)

@@ -97,8 +97,7 @@ _MARKERS = {
     **dict.fromkeys((INVOKE, INVOKE_VISIBLE), _INVOKE_MARKERS),
 }
 
-# A V3 call after its separator: the name, then fenced arguments (a language word after the
-# opening fence), bare JSON, or nothing.
+# A V3 call after its separator (`_fenced_call`): the name, then fenced or bare JSON, or nothing.
 _FENCED = re.compile(r"([^\s`{]++)\s*+(?:```[A-Za-z]*+(.*)```|(\{.*)|)", re.S)  # possessive: linear however long
 # A whole invoke, and each parameter in its body (whitespace before it): the attributes end at
 # the first `>`, a value at the first parameter end.
@@ -281,11 +280,9 @@ class DeepSeekLexer(TokenLexer):
 
 
 def _fenced_call(body: str, tools: dict[str, ToolSpec]) -> tuple[str, str] | None:
-    """(name, arguments) of a V3 call's text after the separator, or None: not a call.
-
-    `NAME\\n```json\\n{...}\\n```` with the language word and the fence optional. A tool really
-    named `function` written the V3.1 way (`function<｜tool▁sep｜>{...}`) is read too.
-    """
+    """(name, arguments) of a V3 call's text after the separator, or None: not a call:
+    `NAME\\n```json\\n{...}\\n```` with the language word and the fence optional, or a tool really
+    named `function` written the V3.1 way (`function<｜tool▁sep｜>{...}`)."""
     text = body.strip()
     if text.startswith("{"):
         return ("function", text) if "function" in tools else None
@@ -297,11 +294,9 @@ def _fenced_call(body: str, tools: dict[str, ToolSpec]) -> tuple[str, str] | Non
 
 
 def _invoke_call(raw: str, tools: dict[str, ToolSpec]) -> tuple[str, str] | None:
-    """(name, arguments as JSON text) of a whole DSML invoke, or None: not a call.
-
-    The arguments object is written from the parameters in order, each value by
-    `_parameter_value`. Values are read one by one, so a value can never add keys of its own.
-    """
+    """(name, arguments as JSON text) of a whole DSML invoke, or None: not a call. The object is
+    written from the parameters in order, each value by `_parameter_value`, one by one (so a
+    value can never add keys of its own)."""
     invoke = _INVOKE.fullmatch(raw)
     if invoke is None:
         return None

@@ -18,7 +18,8 @@ first message has no `<|start|>assistant` (the prompt ended with it), so with `l
 * `final`, `commentary` without a recipient (a preamble for the user) and other channels are
   content: the body streams live as `Text`, after one `ReasoningEnd` before the first such
   body (a reasoning channel carrying Harmony text puts the answer in content).
-* The header is markup, dropped once the message is recognised.
+* The header is markup, dropped once the message is recognised. Whitespace after a message
+  that was markup (any but VISIBLE) and `finish()` follow tokens.py; a cut-off body stays.
 
 States (`_state`), and what moves between them:
 
@@ -28,9 +29,6 @@ States (`_state`), and what moves between them:
     HEADER --end token, or over MAX_HEADER--> TEXT (the header is shown as text)
     REASONING, CONTENT, ARGS, HELD, VISIBLE --end token, or (an implied end) `<|start|>` or
            `<|channel|>`--> TEXT or HEADER;  HELD --more than max_held held--> VISIBLE
-
-Whitespace after a message that was markup (any but VISIBLE) is held, and `finish()` ends what
-is held, as tokens.py says (a reasoning or content body cut off is what it is).
 
 Markup whose special tokens were stripped (`commentary to=functions.x json{…}`, from upstreams
 decoding with `skip_special_tokens`) is not read: it is a guess, and prose quoting the syntax

@@ -8,8 +8,8 @@ Accepted as well: singular section tokens, calls with no section around them, ca
 `<|tool_call_end|>` (the next call or the section end closes them), a section end missing its
 final `>`, the paper's `<|tool_arguments_begin|>`, and any whitespace around the markers
 (servers that keep special tokens decode them with a space on each side: padding, not text).
-In a reasoning channel a `</think>` after a section ends the reasoning. Calls, whitespace and
-`finish()` follow tokens.py; in a section and after `</think>` the lead policy is DROP.
+In a reasoning channel a `</think>` after a section ends the reasoning. Live arguments,
+whitespace and `finish()` follow tokens.py; in a section and after `</think>` the lead is DROP.
 
 States (`_state`), and what moves between them:
 
@@ -62,11 +62,9 @@ def _header_core(header: str) -> str:
 
 
 class KimiCallNamer:
-    """Turns call headers into (id, name), per choice: ids stay unique within the response.
-
-    The id is the header verbatim (the model copies ids from the history, and rewritten ids
-    make it degrade); an id is minted as `functions.NAME:N` only when the header is unusable.
-    """
+    """Turns call headers into (id, name), per choice: ids stay unique within the response. The
+    id is the header verbatim (the model copies ids from the history, and rewritten ids make it
+    degrade); an id is minted as `functions.NAME:N` only when the header is unusable."""
 
     def __init__(self, scope: CallScope) -> None:
         self.scope = scope
@@ -175,7 +173,7 @@ class KimiLexer(TokenLexer):
         if match is not None and match.marker is not None:
             if self._state != TEXT or match.marker.kind not in (SECTION_BEGIN, CALL_BEGIN):
                 return end
-            # The space decoded in front of a section or call begin is its padding (module docstring).
+            # The space decoded before a section or call begin is its padding (module docstring).
             return pos + len(buf[pos:end].rstrip())
         if final or not (self._lead == HOLD or (match is not None and self._state == TEXT)):
             return end

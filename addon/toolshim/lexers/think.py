@@ -35,8 +35,7 @@ from .base import Lexer, Marker, ReasoningText, Reporting, Segment, Text, find_m
 
 CLOSE, TOOLS, STOP = "close", "tools", "stop"  # marker kinds inside a block, and WATCH's own
 _PAIRS = {"<think>": "</think>", "<reasoning>": "</reasoning>", "<thought>": "</thought>"}  # any model's
-# Every generic spelling, opening and closing (the registry adds the families' own for the
-# SSE layer's fast path).
+# Every generic spelling, opening and closing (the registry adds the families' own).
 REASONING_TAGS = tuple(_PAIRS) + tuple(_PAIRS.values())
 
 _CLOSE_MARKERS = tuple(Marker(t, CLOSE) for t in _PAIRS.values())
@@ -134,7 +133,7 @@ class ThinkLexer(Reporting):
             pos = match.pos + len(marker.text)
             was, self._state = self._state, CONTENT
             if marker.kind == CLOSE:
-                # After a bare closer (WATCH) the layout is kept: the text before went out as content.
+                # After a bare closer the layout is kept: else it runs into the content before.
                 self._drop_ws = was == THINK
             else:  # a tool call begins (inside reasoning, or WATCH ends): content for the call dialects
                 out.append(Text(marker.text))

@@ -1,9 +1,8 @@
 """What the special-token dialects (Kimi, DeepSeek, Harmony) share: a state machine over markers.
 
 Each state looks for its own markers (`_markers`); the text between them goes to `_take` in
-whatever pieces it comes, each marker to `_on_marker`. Only a possible beginning of a marker is
-held unread (`_text_end` may leave more), so the output depends on the text, never on its pieces.
-The rules the three keep, stated here once:
+whatever pieces it comes, each marker to `_on_marker`; only a possible beginning of a marker is
+held unread (`_text_end` may leave more). The rules the three keep, stated here once:
 
 * A header naming a declared non-strict tool, admitted, streams its call live; a strict tool's
   call is held and judged when it ends (`_begin`, `_judged`). A call that does not become one
@@ -122,8 +121,7 @@ class TokenLexer(Reporting):
         return ws
 
     def _lead_text(self, text: str, out: list[Segment]) -> None:
-        """Text in TEXT, after the lead policy: HOLD gives held whitespace back to the prose that
-        follows (whitespace alone stays held); DROP starts the text at its first non-space."""
+        """Text in TEXT, after the lead policy (module docstring; whitespace alone stays held)."""
         if self._lead == KEEP:
             self._show(out, text)
             return
