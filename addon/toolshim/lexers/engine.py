@@ -1,30 +1,24 @@
 """The dialect engine: one incremental lexer that reads any dialect described by a `Spec`.
 
-A spec names its dialect and the kind of its body, with the dialect's strings: `JsonCalls`,
-`XmlParams`, `KeyValues`, `NamedCalls`, `LlamaCalls` (the body gives the markers that open a
-block in text); `lexer(spec, scope)` makes the lexer of one channel. What every body shares is
-here once (the special-token dialects, machines of their own, share tokens.py's):
+A spec names its dialect and body kind (`JsonCalls`, `XmlParams`, `KeyValues`, `NamedCalls`,
+`LlamaCalls`) with the dialect's strings; `lexer(spec, scope)` makes one channel's lexer. What
+every body shares is here (the special-token dialects, machines of their own, share tokens.py's):
 
 * Text outside blocks streams live; only a possible beginning of an opening marker is held.
 * A block is held as written until it closes, then judged (declared names, strict schemas,
-  `scope.admit_all`): calls, or the block shown as text exactly as written, all or nothing. A
-  block that turns out not to be this dialect's (`<tool_call>` then something else) is
-  released at once; so is one where a part is missing where the grammar expects it.
-* Padding, one of two ways (the body kind's `_LIVE`). BLOCK: whitespace right before an opening
-  marker that is still unsent when the marker is read (in the same piece, or held after a call
-  or before a possible marker) belongs to the block; whitespace sent earlier stays sent. LIVE:
-  whitespace before a marker streams as text; after a block, AFTER reads what follows: a next
-  block may begin without a marker (`_continues`), an end token after calls is swallowed
-  (`_trailers`), separators count as whitespace. Both: after calls whitespace is held (prose
-  that follows gets it back, a next block takes it as padding, the end of the text drops it); a
-  block that becomes calls drops its padding, one that stays text shows it.
+  `scope.admit_all`): all calls, or all text as written. One not this dialect's after all
+  (`<tool_call>` then something else) or missing a part the grammar expects is released at once.
+* Padding (the body kind's `_LIVE`). BLOCK: whitespace before an opening marker, still unsent
+  when the marker is read (in the same piece, or held after a call or before a possible marker),
+  is the block's. LIVE: it streams as text, and AFTER reads what follows a block (`_continues`,
+  `_trailers`, `_gap_after`). Both: whitespace after calls is held (prose gets it back, a next
+  block takes it as padding, the end drops it); calls drop their padding, text shows it.
 * The cap: `max_held` counts every character of a block, markers included; the block is
   released at the same character however the text was split.
-* Guarded closers: a body may read a closer and wait for what follows it (PEND) before it
-  counts; the look-ahead is at most one tag. A block whose closer is missing is judged as if
-  closed when the next block's opener follows a complete part, or the text ends after one.
-* A block still open at the end of the text is text, unless it is complete (each kind says
-  when: vLLM and llama.cpp accept that); a tag cut short there goes with the block.
+* Guarded closers: a body may read a closer and wait for what follows (PEND) before it counts;
+  the look-ahead is at most one tag. A block missing its closer is judged as if closed when the
+  next block's opener follows a complete part, or the text ends after one (each kind says when:
+  vLLM and llama.cpp accept that); else it is text. A tag cut short at the end goes with the block.
 * Without declared tools nothing can be a call: everything passes through at once.
 """
 
@@ -67,8 +61,8 @@ def match_tag(buf: str, j: int, limit: int, tags: Collection[str]) -> Any:
 
 class JsonCalls(NamedTuple):
     """A JSON call object `{"name", "arguments"}` or a list of them, between `open` and `close`.
-    `close=""`: no closer, the block ends with its value (Granite 3); `name_key`: the key that
-    names the tool (Command's `tool_name`; its arguments are `parameters`, which the judge reads)."""
+    `close=""`: no closer, the block ends with its value (Granite 3); `name_key`: the key naming
+    the tool (Command's `tool_name`; its arguments are `parameters`, which the judge reads)."""
 
     open: str
     close: str
@@ -92,8 +86,8 @@ class XmlParams(NamedTuple):
 
 class KeyValues(NamedTuple):
     """A name right after the opening tag, then key / value pairs up to the closer. `escaped`: a
-    separator that may arrive escaped (GLM-4.6's literal backslash-n): taken as whitespace, and a
-    block that has one had its values escaped too, so they are unescaped (JSON string escapes)."""
+    separator that may arrive escaped (GLM-4.6's literal backslash-n), taken as whitespace; a block
+    with one has escaped values, read as JSON string text (kept as written if that fails)."""
 
     open: str
     close: str
@@ -104,9 +98,8 @@ class KeyValues(NamedTuple):
 
 
 class NamedCalls(NamedTuple):
-    """After `open`: a JSON list of call objects, or calls written `NAME`, optionally `call_id` and
-    the model's id, optionally `args`, then the arguments object, back to back. No closer: a call
-    ends with its value. LIVE padding; a name right after a call is the next call."""
+    """After `open`: a JSON list of call objects, or calls back to back, each `NAME`, optionally
+    `call_id` and the model's id, optionally `args`, then the arguments object that ends it."""
 
     open: str
     args: str
@@ -115,10 +108,9 @@ class NamedCalls(NamedTuple):
 
 
 class LlamaCalls(NamedTuple):
-    """Three spellings, each with its own opener: a `function` tag around a JSON object (the
-    second opener ends its name at `">`), a Python list of calls after `python[0]` (literals
-    only, never evaluated), call objects after `tagged` separated by `separator`, whitespace or
-    nothing. LIVE padding; after calls, `python[1]` or one of `tagged_ends` is swallowed."""
+    """Three spellings by opener: a JSON object in a `function` tag (the second opener's name ends
+    at `">`), a Python list of calls after `python[0]`, call objects after `tagged` separated by
+    `separator`, whitespace or nothing. Swallowed after calls: `python[1]`, one of `tagged_ends`."""
 
     function: tuple[str, str]
     function_end: str
@@ -135,8 +127,8 @@ Body = JsonCalls | XmlParams | KeyValues | NamedCalls | LlamaCalls
 
 
 class Spec:
-    """A dialect the engine reads: its name (for notes and counters), its body, the markers that
-    open a block in text (made once: `find_marker` caches by them) and `starts`, their texts."""
+    """A dialect the engine reads: its name (for notes and counters), its body, the markers the
+    body opens a block with (made once: `find_marker` caches by them) and `starts`, their texts."""
 
     def __init__(self, name: str, body: Body) -> None:
         self.name = name
@@ -152,8 +144,7 @@ def lexer(spec: Spec, scope: CallScope, *, max_held: int = 1 << 20, **options: A
 
 @lru_cache(maxsize=None)
 def _lexer_class(spec: Spec) -> type[BlockLexer]:
-    """The body kind's class for `spec`, made once: its grammar (step table, tags) lives in the
-    class, so that each of the many lexers a stream runs holds only its own state."""
+    """The body kind's class for `spec`, made once: it holds the grammar, each lexer only state."""
     kind = {JsonCalls: JsonCallsLexer, XmlParams: XmlParamsLexer, KeyValues: KeyValuesLexer, NamedCalls: NamedCallsLexer, LlamaCalls: LlamaCallsLexer}[type(spec.body)]
     grammar = kind._grammar(spec.body)
     grammar["_steps"] = {AFTER: kind._step_after, **grammar["_steps"]}
@@ -168,8 +159,7 @@ Then = Callable[[Any, str, int, Any, list[Segment]], "int | None"]  # what a ste
 
 
 def _at_tag(tags: Collection[str], then: Then, raw: bool = False) -> Step:
-    """A BLOCK step: whitespace (`raw`: any text) up to a tag of `tags` is held, then
-    `then(lexer, buf, j, tag, out)` reads on from `j` (`tag` None: another character is there)."""
+    """A BLOCK step: hold whitespace (`raw`: any text), then `then` with a tag of `tags` or None."""
 
     def step(self: BlockLexer, buf: str, i: int, limit: int, out: list[Segment]) -> int | None:
         j, tag = (self._scan_to_tag if raw else self._tag_after_ws)(buf, i, limit, tags)
@@ -180,9 +170,8 @@ def _at_tag(tags: Collection[str], then: Then, raw: bool = False) -> Step:
 
 def _held(then: Then, run: re.Pattern[str] = _WS, name: str = "", most: int = 0, tags: tuple[str, ...] = ()) -> Step:
     """A LIVE step: a run of `run` (whitespace) is held, then `then(lexer, buf, end, tag, out)`
-    reads the character after it (`tag`: the one of `tags` there, or None; a tag cut short waits).
-    `name`: the attribute the run is added to, a name of at most `most` characters (a longer
-    run is prose: not a call)."""
+    reads the character after it (`tag`: the one of `tags` there or None; one cut short waits).
+    `name`: the attribute the run adds to, a name of at most `most` characters (longer: no call)."""
 
     def step(self: BlockLexer, buf: str, i: int, limit: int, out: list[Segment]) -> int | None:
         room = self._room(i, len(buf))
@@ -206,10 +195,9 @@ def _held(then: Then, run: re.Pattern[str] = _WS, name: str = "", most: int = 0,
 
 
 def _opener(first: str, state: str, mark: bool = True) -> Step:
-    """A LIVE step: whitespace, then a character of `first` begins the value (`state`; `mark`:
-    it begins here, `_value_at`); anything else is not a call (`[TOOL_CALLS] [see below]`, a
-    `<|python_tag|>` before code for Llama's own interpreter, a model explaining the syntax:
-    the tag shows now, its prose streams live)."""
+    """A LIVE step: whitespace, then a character of `first` begins the value (`state`; `mark`: set
+    `_value_at`); else no call (`[TOOL_CALLS] [see below]`, `<|python_tag|>` then code for Llama's
+    own interpreter, a model explaining the syntax): the tag shows now, its prose streams live."""
 
     def then(self: BlockLexer, buf: str, end: int, tag: None, out: list[Segment]) -> int | None:
         if buf[end] not in first:
@@ -223,10 +211,9 @@ def _opener(first: str, state: str, mark: bool = True) -> Step:
 
 
 def _follow(scanner: str, cut_by: tuple[str, ...], closed: Callable[..., int], cut: Any = None) -> Step:
-    """A LIVE step: follow a value with the lexer's attribute `scanner` (`JsonScanner`'s contract)
-    from where the last piece stopped; `closed(lexer, out, end)` when it closes. A tag of `cut_by`
-    outside its strings is `cut(lexer, out, at, tag)`; by default it cuts the value short:
-    released (TEXT reads it)."""
+    """A LIVE step: the lexer's `scanner` (`JsonScanner`'s contract) follows a value from where
+    the last piece stopped; `closed(lexer, out, end)` when it closes. A tag of `cut_by` outside its
+    strings is `cut(lexer, out, at, tag)`, by default a value cut short: released, TEXT reads it."""
 
     def step(self: BlockLexer, buf: str, pos: int, limit: int, out: list[Segment]) -> int | None:
         limit = self._room(pos, len(buf))
@@ -256,14 +243,11 @@ def _follow(scanner: str, cut_by: tuple[str, ...], closed: Callable[..., int], c
 class BlockLexer(Reporting):
     """Everything but the body's grammar: text, padding, holding a block, the cap, the verdict.
 
-    A body kind gives `_grammar` (its class attributes for a body: the step table `_steps`, one
-    step per state, which reads `buf` from a position up to `limit` and returns where reading
-    goes on, or None: it waits for more text; made once per spec, `lexer`), `_FIRST` (the
-    state an opening marker of each kind begins), `_reset_body` and `_verdict(text)` (the calls
-    of the block `text`, admitted; None: it is text). Steps hold what they read (`_take`): every
-    character of a block once, plus a bounded look-ahead. They check the cap one of two ways:
-    BLOCK steps (`_at_tag`) read up to `limit` and `_wait` there; LIVE steps (`_held`, `_follow`)
-    read one character past the cap, then release the block."""
+    A body kind gives `_grammar` (class attributes, `_lexer_class`: `_steps`, one step per state,
+    reading `buf` up to `limit`, returning where to go on or None to wait), `_FIRST` (the state each
+    kind of opener begins), `_reset_body`, `_verdict(text)` (its admitted calls; None: text).
+    Steps hold (`_take`) each character of a block once, plus a bounded look-ahead. BLOCK steps read
+    to the cap (`limit`) and `_wait`; LIVE ones read a character past it and release the block."""
 
     _LIVE = False  # LIVE padding (see the module docstring); else BLOCK
     _initial = TEXT  # the state the text begins in
@@ -284,8 +268,7 @@ class BlockLexer(Reporting):
             self._report(False)
 
     def _finish_block(self, out: list[Segment], tail: str) -> None:
-        """The text ended inside a block (`tail`: unread, a possible tag cut short). LIVE steps read
-        the tail knowing it (`_final`) and keep none; a BLOCK's goes with the block."""
+        """The text ended in a block: LIVE steps read `tail` as final; a BLOCK's goes with it."""
         if self._LIVE:
             self._run(tail, out, final=True)
             tail = ""
@@ -325,8 +308,7 @@ class BlockLexer(Reporting):
         self._last = ""  # its last character (does a tag open a line?)
         self._name = ""  # the name being read
         self._value_at = 0  # where the current value begins in the block
-        # Text in the block that is no call (XmlParams: in the wrapper), shown when it becomes
-        # calls: (the number of calls before it, start, end).
+        # Text shown among the calls (XmlParams' IN_WRAP): (number of calls before it, start, end).
         self._texts: list[tuple[int, int, int]] = []
         self._reset_body()
 
@@ -543,8 +525,7 @@ class BlockLexer(Reporting):
         return pos
 
     def _release(self, out: list[Segment], pos: int = 0, rest: str = "") -> int:
-        """Not a call (not this dialect's block after all, cut short, past the cap): everything
-        held goes out as text, then `rest`, nothing lost; TEXT reads on at `pos`."""
+        """Not a call: all held, then `rest`, goes out as text; TEXT reads on at `pos`."""
         return self._close(out, pos, rest, judged=False)
 
     def _call_id(self, model_id: str | None) -> str:
@@ -566,9 +547,8 @@ OPEN, JSON = "open", "json"
 
 
 class JsonCallsLexer(BlockLexer):
-    """`open`, whitespace, then a JSON value (`{` or `[`) followed through strings, escapes and
-    depth, up to the closer (or the next opener) outside strings. Complete: the top-level value
-    closed and only whitespace after it. A `<` outside strings looks ahead one closer's length."""
+    """States: OPEN, whitespace, then `{` or `[`; JSON, the value through strings, escapes and depth
+    (`<` outside them looks one closer ahead). Complete: the value closed, only whitespace after."""
 
     _FIRST = {"open": OPEN}
 
@@ -584,8 +564,7 @@ class JsonCallsLexer(BlockLexer):
     def feed(self, text: str) -> list[Segment]:
         scanner = self._scanner
         if self._state == JSON and scanner.in_string and not scanner.escape and not self._tail and '"' not in text and "\\" not in text and self._size + len(text) <= self._max_held:
-            # The bulk of a held block: string text that cannot end the string. What JSON's step
-            # makes of it (the whole piece taken), without its search.
+            # A held block's bulk, text that cannot end its string: taken whole, as by JSON's step.
             self._raw.append(text)
             self._size += len(text)
             self.examined += len(text)
@@ -600,8 +579,7 @@ class JsonCallsLexer(BlockLexer):
         return j
 
     def _tag_read(self, out: list[Segment], j: int, tag: str) -> int:
-        """The closer ends the block; so does the next opener (the closer is missing: a complete
-        value is judged, an incomplete one is text)."""
+        """The closer ends the block; so does the next opener (missing closer: module docstring)."""
         if tag == self._body.close:
             return self._close(out, j + len(tag), closer=tag)
         return self._close(out, j, implied=True, judged=self._complete())
@@ -629,18 +607,16 @@ class JsonCallsLexer(BlockLexer):
 
 
 class _ParamsLexer(BlockLexer):
-    """Calls built from named raw values, typed by the tool's schema (`coerce_value`). `_calls`:
-    (name, parameters) of each call; a parameter is (name, start, end, trim_close): where its
-    value lies in the block's text, and whether the function's closer ended it (then a parameter
-    closer right before that is markup). Each kind reads a value's text its own way (`_value_text`)."""
+    """Calls of named raw values, typed by the tool's schema (`coerce_value`). `_calls`: (name,
+    parameters) per call; a parameter is (name, start, end, trim_close): where its value lies in the
+    block's text, and whether the function's closer ended it; each kind reads it (`_value_text`)."""
 
     def _reset_body(self) -> None:
         self._calls: list[tuple[str, list[tuple[str, int, int, bool]]]] = []
         self._pend_at = 0  # where the closer PEND is confirming began: the value's end if it counts
 
     def _verdict(self, text: str) -> Calls | None:
-        """All or nothing: every name is checked first, then the judge reads the typed arguments
-        as a JSON list of calls (its notes, in its order)."""
+        """Names checked first; then the judge reads the typed calls as a JSON list (its notes)."""
         tools = self._scope.tools
         for name, _ in self._calls:
             if name not in tools:
@@ -662,24 +638,20 @@ FUNC, PARAM, IMPLICIT, WRAPPER = "function", "parameter", "implicit", "wrapper" 
 
 
 class XmlParamsLexer(_ParamsLexer):
-    """States: WRAP, between a wrapper's functions; NAME, a function's or parameter's name up to
-    its `>`; BODY, after a function's name: a parameter tag or the function end; VALUE, raw text;
-    PEND, a parameter's closer was read (PEND_BARE: in a bare function), PEND_END the function's;
-    IN_WRAP, text in a wrapper after a complete function; AFTER_BARE, after a bare function: a
-    wrapper end right after it (a model's orphan closer) is part of the block, anything else
-    pads what follows.
+    """States: WRAP, between a wrapper's functions; NAME, a function or parameter name up to `>`;
+    BODY, after the name: a parameter tag or the function end; VALUE, raw text; PEND, a parameter's
+    closer read (PEND_BARE: in a bare function), PEND_END the function's; IN_WRAP, text in a wrapper
+    after a complete function (shown in place; before any function it makes the block text);
+    AFTER_BARE: an orphan wrapper end right after a bare function is the block's, anything else pads
+    what follows. Complete at the end: WRAP after a function, IN_WRAP, PEND_END, AFTER_BARE.
 
-    Values are not escaped: a value may hold the dialect's own tags. A closer counts only when
-    what follows fits: after the parameter end the next parameter, the function end or the
-    wrapper end; after the function end the wrapper end, the next function or the next wrapper
-    (then the block is complete: judged as if closed); a bare function's end counts at once.
-    Text in a wrapper after a complete function is shown in its place when the block becomes
-    calls; before the first function it makes the block text at once. Opening tags that begin a
-    line inside a value open literal elements, counted per kind, whose closers are literal too;
-    a parameter tag beginning a line outside them closes the value (its end is missing) when it
-    names a property of the tool not yet given (any name not yet given when the tool has no
-    properties). One leading and one trailing newline of each value are markup. Complete at the
-    end of the text: WRAP or IN_WRAP after a function, PEND_END, AFTER_BARE."""
+    Values are not escaped: they may hold the dialect's own tags, so a closer counts only when what
+    follows fits: after the parameter end the next parameter, the function end or the wrapper end;
+    after the function end the wrapper end, the next function or the next wrapper; a bare function's
+    end counts at once. Opening tags beginning a line in a value open literal elements, counted per
+    kind, whose closers are literal too; a parameter tag beginning a line outside them ends the
+    value (its closer missing) if it names a tool property not yet given (any new name if the tool
+    has none). One leading and one trailing newline of a value are markup."""
 
     _FIRST = {"wrap": WRAP, "bare": NAME}  # `_reset_body` readies NAME for a function's name
 
@@ -755,8 +727,7 @@ class XmlParamsLexer(_ParamsLexer):
         return j
 
     def _step_after_bare(self, buf: str, i: int, limit: int, out: list[Segment]) -> int | None:
-        """AFTER_BARE: a bare function ended; the wrapper's end may follow it (vLLM drops it with
-        whatever follows the call; here only the closer goes, prose after it stays)."""
+        """AFTER_BARE (class docstring; vLLM drops an orphan closer with whatever follows it)."""
         j, tag = self._tag_after_ws(buf, i, limit, (self._WRAP_CLOSE,))
         if tag is _PARTIAL and limit == len(buf):
             return self._hold(buf, j)
@@ -796,8 +767,7 @@ class XmlParamsLexer(_ParamsLexer):
         elif self._name_for == PARAM:
             self._begin_param(name)
         elif name is not None and name not in self._seen and (self._properties is None or name in self._properties):
-            # A parameter the tool has and the call has not given yet: the previous value
-            # lacked its closer (vLLM tolerates this).
+            # (class docstring) the previous value lacked its closer: vLLM tolerates this.
             self._end_param(trim_close=False)
             self._begin_param(name)
         else:
@@ -810,9 +780,7 @@ class XmlParamsLexer(_ParamsLexer):
         self._param_name = name
         self._seen.add(name)
         self._value_at = self._size
-        # Elements opened literally inside the value, per kind: their closers are literal too.
-        # Kept apart so that a stray literal parameter tag cannot hide the real function end
-        # (vLLM falls back on it the same way).
+        # Per kind, so a stray literal parameter tag cannot hide the real function end (as in vLLM).
         self._literals = dict.fromkeys((PARAM, FUNC, WRAPPER), 0)
         self._state = VALUE
 
@@ -831,8 +799,7 @@ class XmlParamsLexer(_ParamsLexer):
             self._function_end = self._size  # where the last function's closer ended
             self._state = WRAP
             return pos
-        # A bare function is the whole block (an orphan closer aside), judged now: a block that
-        # is text goes at once, calls wait for what follows them.
+        # A bare function is the whole block (an orphan closer aside): text goes now, calls wait.
         self._judged = super()._verdict(self._raw.text())
         self._state = AFTER_BARE
         return pos if self._judged else self._release(out, pos)
@@ -854,8 +821,7 @@ class XmlParamsLexer(_ParamsLexer):
         elif not closes and line_start:  # only line starts nest: tags inside a line are prose about tags
             if kind != PARAM or any(self._literals.values()):
                 self._literals[kind] += 1
-            else:  # a parameter opening a line, outside any literal element: maybe the
-                # missing parameter end (decided once its name is read)
+            else:  # maybe the missing parameter end: decided once its name is read
                 self._pend_at = at
                 return self._read_name(IMPLICIT, i)
         return i
@@ -869,12 +835,9 @@ _LT = re.compile("<")
 
 class KeyValuesLexer(_ParamsLexer):
     """States: NAME, whitespace then name characters (none: not this dialect); AFTER_NAME, the
-    first key tag or the closer (a call with `{}`); KEY, up to the key end (any other `<`: text);
-    KV, the value tag; VALUE, up to the value end; PEND: the value end counts when the next key,
-    the closer or the next opener (judged as if closed) follows, else it was part of the value.
-    Complete at the end of the text: PEND (every value closed). Values are taken as written (no
-    newline comes off); with `escaped`, AFTER_NAME, KV and PEND skip escaped separators too, and
-    a value that does not unescape is kept as written."""
+    first key tag or the closer (a `{}` call); KEY, up to the key end (any other `<`: text); KV, the
+    value tag; VALUE, as written (no newline comes off) to the value end; PEND: that counts if the
+    next key, the closer or the next opener follows, else it is value. Complete at the end: PEND."""
 
     _FIRST = {"open": KV_NAME}
 
@@ -891,7 +854,7 @@ class KeyValuesLexer(_ParamsLexer):
         self._pend_escaped = False  # `_escaped` when the value end PEND confirms was read
 
     def _tag_after_ws(self, buf: str, i: int, limit: int, tags: tuple[str, ...]) -> tuple[int, Any]:
-        """Whitespace and escaped separators, then the tag (`_PARTIAL` also: a separator cut short)."""
+        """BLOCK steps skip `escaped` separators as whitespace (`_PARTIAL` also: one cut short)."""
         sep = self._body.escaped
         j = self._gap.match(buf, i, limit).end()
         self._take(buf, i, j)
@@ -982,10 +945,9 @@ _ID_RUN = re.compile(r"[A-Za-z0-9_\-]*")
 
 
 class NamedCallsLexer(BlockLexer):
-    """States: CALLS, the pad after `open`, then `[` (LIST_OPEN: whitespace, then `{` begins a
-    list of call objects, LIST) or a name (NAME), which `{` ends (ARGS; `args` stripped upstream),
-    or `args` (ARGS_OPEN: whitespace, then `{`), or `call_id` (CALL_ID: the model's id, then
-    `args`). `open` outside a value's strings cuts it short."""
+    """States: CALLS, the pad after `open`, then `[` (LIST_OPEN: whitespace, `{`: LIST) or a name
+    (CALL_NAME) ended by `{` (ARGS; `args` stripped upstream), `args` (ARGS_OPEN: whitespace, `{`)
+    or `call_id` (CALL_ID: the id, then `args`). `open` outside strings cuts a value short."""
 
     _LIVE = True
     _FIRST = {"open": CALLS}
@@ -1026,7 +988,7 @@ class NamedCallsLexer(BlockLexer):
         return end
 
     def _after_name(self, buf: str, end: int, tag: str | None, out: list[Segment]) -> int | None:
-        """NAME, after the name: `{`, `args` or `call_id`."""
+        """CALL_NAME, after the name: `{`, `args` or `call_id`."""
         if buf[end] == "{":
             self._value_at = self._size
             self._state = ARGS
@@ -1034,8 +996,7 @@ class NamedCallsLexer(BlockLexer):
         return self._inner_tag(buf, end, tag, out)
 
     def _inner_tag(self, buf: str, i: int, tag: str | None, out: list[Segment]) -> int | None:
-        """After the name `args` or `call_id`, after the id `args`; anything else is not a call
-        (an `open` here is read again by TEXT)."""
+        """CALL_NAME: `args` or `call_id`; CALL_ID: `args`; else no call (TEXT rereads `open`)."""
         b: NamedCalls = self._body  # type: ignore[assignment]
         if tag is None or tag == b.open or (tag == b.call_id and self._state == CALL_ID):
             return self._release(out, i)
@@ -1058,13 +1019,10 @@ PY_OPEN, PY_LIST, TAG_OPEN, TAG_JSON = "py_open", "py_list", "tag_open", "tag_js
 
 
 class LlamaCallsLexer(BlockLexer):
-    """States: FUNC_NAME, up to `>` (`">` after the second opener); FUNC_OPEN, whitespace, then
-    `{` (FUNC_ARGS) or `function_end` (a call with `{}`); FUNC_END, whitespace, then
-    `function_end`, or the next function opener (judged as if closed; AFTER reads the tag).
-    PY_OPEN, then PY_LIST; TAG_OPEN, then TAG_JSON, and in AFTER a `{` is the next tagged call.
-    START (`bare_json`): Llama 3.x's call objects without their tag, read only at the very start
-    of the text, as vLLM does: whitespace, then `{` begins a tagged call, else it is text. A
-    value cut short by a tag outside its strings is text. Complete at the end of the text: FUNC_END."""
+    """States: FUNC_NAME, up to `>` (or `">`); FUNC_OPEN, whitespace, then `{` (FUNC_ARGS) or
+    `function_end` (a `{}` call); FUNC_END, whitespace, then `function_end` or the next function
+    opener; PY_OPEN then PY_LIST; TAG_OPEN then TAG_JSON; START (`bare_json`), Llama 3.x's untagged
+    call objects, only at the text's very start as in vLLM. Complete at the end: FUNC_END."""
 
     _LIVE = True
     _FIRST = {FUNCTION: FUNC_NAME, NAMED: FUNC_NAME, PYTHON: PY_OPEN, TAGGED: TAG_OPEN}
@@ -1094,8 +1052,7 @@ class LlamaCallsLexer(BlockLexer):
         self._python = PythonScanner(stops="<")
 
     def _continues(self, c: str) -> str | None:
-        # Llama 3.x's calls follow one another after `;` (its template writes `; `), a newline,
-        # any whitespace or nothing at all (vLLM PR #49923 skips any run of `; \t\n`).
+        # Llama 3.x's template writes `; `; vLLM PR #49923 skips any run of `; \t\n` (LlamaCalls).
         return TAG_JSON if self._section == TAGGED and c == "{" and self._after_call else None
 
     def _gap_after(self) -> re.Pattern[str]:
