@@ -47,7 +47,7 @@ from .lexers import ScopeLexers
 from .native import EMPTY_ARGUMENTS, OBJECT_ARGUMENTS, ArgumentTyping
 from .lexers.base import CallArgs, CallBegin, CallEnd, ChainLexer, Lexer, ReasoningEnd, ReasoningText, Segment, Text, TextPieces
 from .sse import encode_event, parse_block, read_event
-from .stream import _CARRIED_FIELD, Contribution, SseRewriter, live_path, markup_may_start, string_spans, unwind
+from .stream import _CARRIED_FIELD, Contribution, Direct, EchoCheck, SseRewriter, live_path, markup_may_start, string_spans, unwind
 from .tools import RequestContext
 
 MESSAGE, REASONING, FUNCTION_CALL = "message", "reasoning", "function_call"
@@ -1034,49 +1034,72 @@ def _json_int(digits: bytes) -> bool:
     return digits.isdigit() and (digits[0] != 48 or len(digits) == 1)
 
 
-@dataclass(slots=True)
 class QuietLane:
     """Plain text deltas into a part whose lexer is idle (`passes_plain_delta`), from their
-    bytes (`quiet_reader`)."""
+    bytes: `read(rewriter, raw)` passes `raw` as it came (its number taken), or answers None
+    (nothing done: the full path reads it); `direct`, the same straight from `feed`. The text is kept lazily: the string bodies as they
+    came, one JSON string body together (each is one whole, checked), decoded into the part's
+    text at once by `flush`, before anything else reads or adds to it."""
 
-    frame: NumberedFrame
-    read: Callable[[bytes], bool | None]
+    __slots__ = ("read", "direct", "bodies", "_texts")
+
+    def __init__(self, frame: NumberedFrame, texts: TextPieces, core: ResponsesRewriter, echo: EchoCheck) -> None:
+        self.bodies = bytearray()
+        self._texts = texts
+        self.read = quiet_reader(frame, self.bodies, core, None)
+        self.direct = quiet_reader(frame, self.bodies, core, echo)
+
+    def flush(self) -> None:
+        if self.bodies:
+            self._texts.append(orjson.loads(b'"' + self.bodies + b'"'))
+            self.bodies.clear()
 
 
-def quiet_reader(frame: NumberedFrame, texts: TextPieces, core: ResponsesRewriter) -> Callable[[bytes], bool | None]:
-    """What `passes_plain_delta` does to an event of `frame`, from its bytes: True when it
-    passes (its text recorded, its number taken), None when the full path must read it. A
-    closure: the fewest lookups on the commonest path."""
-    head, mid, tail, fixed, number_first = frame.head, frame.mid, frame.tail, frame.fixed, frame.number_first
-    head_size, mid_size, tail_size = len(head), len(mid), len(tail)
-    loads, append = orjson.loads, texts.append
+# Bytes that make a string body more than printable ASCII without markup: a quote, a
+# backslash (an escape), a control character, a `<`, a `[`, DEL and anything not ASCII. A body
+# without them is one valid JSON string body by itself, and no marker starts in it.
+_UNUSUAL = re.compile(rb'[\x00-\x1f"<\[\\\x7f-\xff]')
 
-    def read(raw: bytes) -> bool | None:
-        size = len(raw)
-        if size < fixed or not raw.startswith(head) or not raw.endswith(tail):
+
+def quiet_reader(frame: NumberedFrame, bodies: bytearray, core: ResponsesRewriter, echo: EchoCheck | None) -> Direct:
+    """`QuietLane.read`: what `passes_plain_delta` does to an event of `frame`. With `echo`, a
+    lane taken straight from `feed` (refused while the echo check holds anything). A closure,
+    called with the rewriter but not holding it: the fewest lookups on the commonest path."""
+    head, mid, tail, number_first = frame.head, frame.mid, frame.tail, frame.number_first
+    head_size, mid_size = len(head), len(mid)
+    loads, keep, unusual = orjson.loads, bodies.extend, _UNUSUAL.search
+    ending = b"%d" + tail.replace(b"%", b"%%")  # the number and the tail, expected after `mid`
+
+    def read(_rewriter: object, raw: bytes) -> list[bytes] | None:
+        if echo is not None and (echo._unsent or echo._assembly is not None):
             return None
-        stop = size - tail_size
+        if not raw.startswith(head):
+            return None
         if number_first:
-            at = raw.find(mid, head_size, stop)
-            if at < 0 or raw[head_size:at] != b"%d" % core._seq:
+            at = raw.find(mid, head_size)
+            if at < 0 or raw[head_size:at] != b"%d" % core._seq or not raw.endswith(tail):
                 return None
-            start, end = at + mid_size, stop
+            start, end = at + mid_size, len(raw) - len(tail)
+            if end < start:
+                return None
         else:
-            at = raw.rfind(mid, head_size, stop)
-            if at < 0 or raw[at + mid_size : stop] != b"%d" % core._seq:
+            at = raw.rfind(mid, head_size)
+            if at < 0 or raw[at + mid_size :] != ending % core._seq:
                 return None
             start, end = head_size, at
         body = raw[start:end]
-        # a quote, a `<`, a `[`, a line end; a `\\u003.` escape: what `markup_may_start` looks for
-        if 34 in body or 60 in body or 91 in body or 10 in body or 13 in body or (92 in body and body.find(b"\\u003") >= 0):
-            return None
-        try:
-            text = loads(raw[start - 1 : end + 1])
-        except orjson.JSONDecodeError:
-            return None
-        append(text)
+        if unusual(body) is not None:
+            # What `markup_may_start` looks for: a `<`, a `[`, a `\u003.` escape; then the body
+            # must be one JSON string (a quote, a line end, a bad escape fail the decoding).
+            if 60 in body or 91 in body or (92 in body and body.find(b"\\u003") >= 0):
+                return None
+            try:
+                loads(raw[start - 1 : end + 1])
+            except orjson.JSONDecodeError:
+                return None
+        keep(body)
         core._seq += 1
-        return True
+        return [raw]
 
     return read
 
@@ -1144,8 +1167,10 @@ class ResponsesStreamRewriter(SseRewriter):
             out = self._held_read(raw)
             if out is not None:
                 return out
-        elif self._quiet is not None and self._quiet_read(raw) is not None:
-            return [raw]
+        elif self._quiet is not None:
+            if self._quiet.read(self, raw) is not None:
+                return [raw]
+            self._quiet.flush()  # the full path may add to the part's text
         self._last_type = None
         read = read_event(raw)
         if read is None:
@@ -1163,7 +1188,7 @@ class ResponsesStreamRewriter(SseRewriter):
         return self._read_in_full(raw, event, block.event)
 
     def _read_in_full(self, raw: bytes, event: dict[str, Any], name: str | None, lexed: list[Segment] | None = None) -> list[bytes]:
-        self._quiet = self._held = self._direct = None
+        self._drop_lanes()
         self._quiet_run = 0
         core = self._core
         core.lexed, core.last_segments = lexed, None
@@ -1173,8 +1198,13 @@ class ResponsesStreamRewriter(SseRewriter):
             self._arm(raw, event)
         return out
 
-    def _at_end(self) -> list[bytes]:
+    def _drop_lanes(self) -> None:
+        if self._quiet is not None:
+            self._quiet.flush()
         self._quiet = self._held = self._direct = None
+
+    def _at_end(self) -> list[bytes]:
+        self._drop_lanes()
         return [self._encode(o) for o in self._core.finish()]
 
     def _may_send_later(self, raw: bytes) -> bool:
@@ -1236,19 +1266,8 @@ class ResponsesStreamRewriter(SseRewriter):
         frame = self._frame_of(raw, event)
         texts = source.piece.texts.get(key)
         if frame is not None and texts is not None:
-            self._quiet = QuietLane(frame, quiet_reader(frame, texts, core))
-            self._direct = type(self)._quiet_direct
-
-    def _quiet_read(self, raw: bytes) -> bool | None:
-        """True when `raw` is a plain text delta `passes_plain_delta` would pass (its text is
-        recorded, its number taken), else None (nothing done)."""
-        return self._quiet.read(raw)
-
-    def _quiet_direct(self, data: bytes) -> list[bytes] | None:
-        echo = self._echo
-        if not echo._unsent and echo._assembly is None and self._quiet.read(data) is not None:
-            return [data]
-        return None
+            self._quiet = QuietLane(frame, texts, core, self._echo)
+            self._direct = self._quiet.direct
 
     def _arm(self, raw: bytes, event: dict[str, Any]) -> None:
         """After a text delta read in full: the lane of the next deltas of its part (see
