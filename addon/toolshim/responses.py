@@ -979,9 +979,9 @@ def rewrite_response_body(
 class NumberedFrame:
     """The bytes of a Responses event around its one string that changes from event to event
     (`delta`) and its `sequence_number`: `head + body + mid + digits + tail`, or `head + digits +
-    mid + body + tail` (the keys' order is upstream's). `split` returns where the string's body
-    lies and the digits, or None; the caller decodes the string with its quotes (one JSON string
-    or an error) and checks the digits."""
+    mid + body + tail` (the keys' order is upstream's). The lanes split an event by it (inline:
+    the fewest calls), decode the string with its quotes (one JSON string or an error) and check
+    the digits."""
 
     __slots__ = ("head", "mid", "tail", "number_first", "fixed")
 
@@ -1007,21 +1007,6 @@ class NumberedFrame:
             return self.head + digits + self.mid + body + self.tail
         return self.head + body + self.mid + digits + self.tail
 
-    def split(self, raw: bytes) -> tuple[int, int, bytes] | None:
-        size = len(raw)
-        if size < self.fixed or not raw.startswith(self.head) or not raw.endswith(self.tail):
-            return None
-        start, stop = len(self.head), size - len(self.tail)
-        if self.number_first:
-            at = raw.find(self.mid, start, stop)
-            if at < 0:
-                return None
-            return at + len(self.mid), stop, raw[start:at]
-        at = raw.rfind(self.mid, start, stop)
-        if at < 0:
-            return None
-        return start, at, raw[at + len(self.mid) : stop]
-
 
 # Deltas whose text a client appends to what came before.
 _GROWING = frozenset((*TEXT_DELTA.values(), "response.function_call_arguments.delta", "response.reasoning_summary_text.delta", "response.refusal.delta"))
@@ -1029,17 +1014,13 @@ _SEQUENCE_NUMBER = re.compile(rb'"sequence_number"\s*:\s*(\d+)')
 _SENTINEL_NUMBER = 1234567890123
 
 
-def _json_int(digits: bytes) -> bool:
-    """Digits that are a JSON number as they stand (no sign, no leading zero)."""
-    return digits.isdigit() and (digits[0] != 48 or len(digits) == 1)
-
-
 class QuietLane:
     """Plain text deltas into a part whose lexer is idle (`passes_plain_delta`), from their
     bytes: `read(rewriter, raw)` passes `raw` as it came (its number taken), or answers None
-    (nothing done: the full path reads it); `direct`, the same straight from `feed`. The text is kept lazily: the string bodies as they
-    came, one JSON string body together (each is one whole, checked), decoded into the part's
-    text at once by `flush`, before anything else reads or adds to it."""
+    (nothing done: the full path reads it); `direct`, the same straight from `feed`. The text is
+    kept lazily: the string bodies as they came, one JSON string body together (each is one
+    whole, checked), decoded into the part's text at once by `flush`, before anything else reads
+    or adds to it."""
 
     __slots__ = ("read", "direct", "bodies", "_texts")
 
@@ -1146,6 +1127,66 @@ class TextLane:
     args: Rendered | None = None
     piece: PieceItem | None = None  # where text as it came goes, renumbered
     text: Rendered | None = None
+    read: Direct | None = None  # `held_reader`, once the lane is complete
+
+
+def held_reader(lane: TextLane, core: ResponsesRewriter) -> Direct:
+    """What the full path does to a text delta of `lane`'s frame, from its bytes: the events to
+    send, or None (nothing done: the full path reads it). A closure, called with the rewriter
+    but not holding it."""
+    head, mid, tail, number_first, fixed = lane.frame.head, lane.frame.mid, lane.frame.tail, lane.frame.number_first, lane.frame.fixed
+    head_size, mid_size, tail_size = len(head), len(mid), len(tail)
+    leaf, loads, dumps = lane.leaf, orjson.loads, orjson.dumps
+
+    def read(rewriter: ResponsesStreamRewriter, raw: bytes) -> list[bytes] | None:
+        size = len(raw)
+        if size < fixed or not raw.startswith(head) or not raw.endswith(tail):
+            return None
+        stop = size - tail_size
+        if number_first:
+            at = raw.find(mid, head_size, stop)
+            digits, start, end = raw[head_size:at], at + mid_size, stop
+        else:
+            at = raw.rfind(mid, head_size, stop)
+            digits, start, end = raw[at + mid_size : stop], head_size, at
+        # (the number is ours to set, but it must be a JSON number as it stands: no sign, no
+        # leading zero)
+        if at < 0 or not digits.isdigit() or (digits[0] == 48 and len(digits) > 1) or (lane.text is None and leaf.idle):
+            return None
+        try:
+            text = loads(raw[start - 1 : end + 1])
+        except orjson.JSONDecodeError:
+            return None
+        if not text:
+            return None
+        segments = leaf.feed(text)
+        if not segments:
+            lane.source.altered = True
+            if lane.text is None and leaf.idle:  # the next deltas may pass as they came: the full path decides
+                rewriter._held = rewriter._direct = None
+            return []
+        if len(segments) == 1:
+            kind = type(segments[0])
+            if kind is CallArgs and lane.finished and lane.args is not None:
+                piece = segments[0].text
+                lane.call.arguments.append(piece)
+                lane.source.altered = True
+                seq = core._seq
+                core._seq = seq + 1
+                body = raw[start:end] if piece == text and raw.find(b"\\", start, end) < 0 else dumps(piece)[1:-1]
+                return [lane.args.event(body, seq)]
+            if kind is Text and lane.text is not None and segments[0].text == text:
+                lane.piece.add_text(lane.key, text)
+                seq = core._seq
+                core._seq = seq + 1
+                body = raw[start:end] if raw.find(b"\\", start, end) < 0 else dumps(text)[1:-1]
+                return [lane.text.event(body, seq)]
+        # Anything else: what the lexers around the leaf make of it, then the full path.
+        event, block = read_event(raw)
+        rewriter._last_type = event["type"]
+        return rewriter._read_in_full(raw, event, block.event, unwind(lane.path, segments))
+
+    return read
 
 
 class ResponsesStreamRewriter(SseRewriter):
@@ -1164,7 +1205,7 @@ class ResponsesStreamRewriter(SseRewriter):
 
     def _on_block(self, raw: bytes) -> list[bytes]:
         if self._held is not None:
-            out = self._held_read(raw)
+            out = self._held.read(self, raw)
             if out is not None:
                 return out
         elif self._quiet is not None:
@@ -1300,51 +1341,10 @@ class ResponsesStreamRewriter(SseRewriter):
                 lane.piece, lane.text = piece, Rendered.of(self._encode(Outgoing(probe, self._named_as(raw))))
         if lexer.idle and lane.text is None:
             return  # the full path (`passes_plain_delta`) takes plain text
+        lane.read = held_reader(lane, core)
         self._held = lane
-        self._direct = self._lane_direct(type(self)._held_read)
+        self._direct = self._lane_direct(lane.read)
 
     def _named_as(self, raw: bytes) -> str | None:
         """The `event:` name of `raw` (what `_same_or_new` keeps of an incoming event)."""
         return parse_block(raw).event
-
-    def _held_read(self, raw: bytes) -> list[bytes] | None:
-        lane = self._held
-        split = lane.frame.split(raw)
-        if split is None:
-            return None
-        start, end, digits = split
-        if not _json_int(digits) or (lane.text is None and lane.leaf.idle):
-            return None
-        try:
-            text = orjson.loads(raw[start - 1 : end + 1])
-        except orjson.JSONDecodeError:
-            return None
-        if not text:
-            return None
-        segments = lane.leaf.feed(text)
-        core = self._core
-        if not segments:
-            lane.source.altered = True
-            if lane.text is None and lane.leaf.idle:  # the next deltas may pass as they came: the full path decides
-                self._held = self._direct = None
-            return []
-        if len(segments) == 1:
-            kind = type(segments[0])
-            if kind is CallArgs and lane.finished and lane.args is not None:
-                piece = segments[0].text
-                lane.call.arguments.append(piece)
-                lane.source.altered = True
-                seq = core._seq
-                core._seq = seq + 1
-                body = raw[start:end] if piece == text and raw.find(b"\\", start, end) < 0 else orjson.dumps(piece)[1:-1]
-                return [lane.args.event(body, seq)]
-            if kind is Text and lane.text is not None and segments[0].text == text:
-                lane.piece.add_text(lane.key, text)
-                seq = core._seq
-                core._seq = seq + 1
-                body = raw[start:end] if raw.find(b"\\", start, end) < 0 else orjson.dumps(text)[1:-1]
-                return [lane.text.event(body, seq)]
-        # Anything else: what the lexers around the leaf make of it, then the full path.
-        event, block = read_event(raw)
-        self._last_type = event["type"]
-        return self._read_in_full(raw, event, block.event, unwind(lane.path, segments))
