@@ -1201,6 +1201,7 @@ class ResponsesStreamRewriter(SseRewriter):
         # deltas while it holds markup. Learned from an event read in full, dropped by the next.
         self._quiet: QuietLane | None = None
         self._held: TextLane | None = None
+        self._frame: NumberedFrame | None = None  # the last text delta frame found (`_frame_of`)
         self._quiet_run = 0
 
     def _on_block(self, raw: bytes) -> list[bytes]:
@@ -1289,13 +1290,19 @@ class ResponsesStreamRewriter(SseRewriter):
 
     def _frame_of(self, raw: bytes, event: dict[str, Any]) -> NumberedFrame | None:
         """The frame of a text delta event, checked on a probe: it holds exactly this event but
-        for its delta and its number."""
+        for its delta and its number. The last one found, when it holds this event too (the
+        deltas of a part share it: a call's first and last events arm a lane each)."""
+        frame = self._frame
+        delta, seq = event.get("delta"), event.get("sequence_number")
+        if frame is not None and isinstance(delta, str) and type(seq) is int and raw == frame.probe(orjson.dumps(delta)[1:-1], b"%d" % seq):
+            return frame
         frame = NumberedFrame.of(raw)
         if frame is None:
             return None
         read = read_event(frame.probe(b"\\u0001", b"7"))
         if read is None or read[0] != {**event, "delta": "\x01", "sequence_number": 7}:
             return None
+        self._frame = frame
         return frame
 
     def _learn_quiet(self, raw: bytes, event: dict[str, Any]) -> None:
