@@ -983,11 +983,13 @@ class NumberedFrame:
     the fewest calls), decode the string with its quotes (one JSON string or an error) and check
     the digits."""
 
-    __slots__ = ("head", "mid", "tail", "number_first", "fixed")
+    __slots__ = ("head", "mid", "tail", "number_first", "fixed", "carries_fields")
 
     def __init__(self, head: bytes, mid: bytes, tail: bytes, number_first: bool) -> None:
         self.head, self.mid, self.tail, self.number_first = head, mid, tail, number_first
         self.fixed = len(head) + len(mid) + len(tail)
+        # `id:` or `retry:` lines: an event we send in place of one of this frame must carry them
+        self.carries_fields = _CARRIED_FIELD.search(head) is not None
 
     @classmethod
     def of(cls, raw: bytes) -> NumberedFrame | None:
@@ -1237,7 +1239,7 @@ class ResponsesStreamRewriter(SseRewriter):
         out = [self._encode(o) for o in core.on_event(event, raw, name)]
         core.lexed = None
         if core.last_segments is not None and self.lanes:
-            self._arm(raw, event)
+            self._arm(raw, event, name)
         return out
 
     def _drop_lanes(self) -> None:
@@ -1317,7 +1319,7 @@ class ResponsesStreamRewriter(SseRewriter):
             self._quiet = QuietLane(frame, texts, core, self._echo)
             self._direct = self._quiet.direct
 
-    def _arm(self, raw: bytes, event: dict[str, Any]) -> None:
+    def _arm(self, raw: bytes, event: dict[str, Any], name: str | None) -> None:
         """After a text delta read in full: the lane of the next deltas of its part (see
         `TextLane`), when its lexer holds markup or its text goes to an item of ours."""
         core = self._core
@@ -1330,7 +1332,7 @@ class ResponsesStreamRewriter(SseRewriter):
         if lexer is None:
             return
         frame = self._frame_of(raw, event)
-        if frame is None or _CARRIED_FIELD.search(frame.head):
+        if frame is None or frame.carries_fields:
             return
         leaf, path = live_path(lexer)
         lane = TextLane(frame, source, key, leaf, path, bool(segments) and type(segments[-1]) in (CallArgs, CallBegin))
@@ -1345,13 +1347,9 @@ class ResponsesStreamRewriter(SseRewriter):
             changes = {"output_index": piece.index, "item_id": piece.id, "content_index": piece.content_index(key)}
             if any(event.get(name) != value for name, value in changes.items()):
                 probe = {**event, **changes, "delta": "\x00", "sequence_number": _SENTINEL_NUMBER}
-                lane.piece, lane.text = piece, Rendered.of(self._encode(Outgoing(probe, self._named_as(raw))))
+                lane.piece, lane.text = piece, Rendered.of(self._encode(Outgoing(probe, name)))
         if lexer.idle and lane.text is None:
             return  # the full path (`passes_plain_delta`) takes plain text
         lane.read = held_reader(lane, core)
         self._held = lane
         self._direct = self._lane_direct(lane.read)
-
-    def _named_as(self, raw: bytes) -> str | None:
-        """The `event:` name of `raw` (what `_same_or_new` keeps of an incoming event)."""
-        return parse_block(raw).event
