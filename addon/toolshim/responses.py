@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -1345,7 +1344,7 @@ class ResponsesStreamRewriter(SseRewriter):
             # `_on_text_delta`'s common case: the event as it came, renumbered. Only where the
             # numbering is ours (else `passes_plain_delta` takes it without the lexer).
             changes = {"output_index": piece.index, "item_id": piece.id, "content_index": piece.content_index(key)}
-            if any(event.get(name) != value for name, value in changes.items()):
+            if any(event.get(key_name) != value for key_name, value in changes.items()):
                 probe = {**event, **changes, "delta": "\x00", "sequence_number": _SENTINEL_NUMBER}
                 lane.piece, lane.text = piece, Rendered.of(self._encode(Outgoing(probe, name)))
         if lexer.idle and lane.text is None:
