@@ -41,8 +41,8 @@ class CountingSecrets:
     def __init__(self) -> None:
         self._rng = random.Random(0)
 
-    def choice(self, seq):
-        return self._rng.choice(seq)
+    def token_bytes(self, count: int) -> bytes:
+        return self._rng.randbytes(count)
 
 
 def rewrite(api: str, context: RequestContext, pieces: list[bytes], lanes: bool, monkeypatch: pytest.MonkeyPatch) -> tuple[bytes, object]:

@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,7 +46,7 @@ from .lexers import ScopeLexers
 from .native import EMPTY_ARGUMENTS, OBJECT_ARGUMENTS, ArgumentTyping
 from .lexers.base import CallArgs, CallBegin, CallEnd, ChainLexer, Lexer, ReasoningEnd, ReasoningText, Segment, Text, TextPieces
 from .sse import encode_event, parse_block, read_event
-from .stream import _CARRIED_FIELD, Contribution, SseRewriter, live_path, markup_may_start, string_spans, unwind
+from .stream import _CARRIED_FIELD, Contribution, Direct, EchoCheck, SseRewriter, live_path, markup_may_start, string_spans, unwind
 from .tools import RequestContext
 
 MESSAGE, REASONING, FUNCTION_CALL = "message", "reasoning", "function_call"
@@ -979,15 +978,17 @@ def rewrite_response_body(
 class NumberedFrame:
     """The bytes of a Responses event around its one string that changes from event to event
     (`delta`) and its `sequence_number`: `head + body + mid + digits + tail`, or `head + digits +
-    mid + body + tail` (the keys' order is upstream's). `split` returns where the string's body
-    lies and the digits, or None; the caller decodes the string with its quotes (one JSON string
-    or an error) and checks the digits."""
+    mid + body + tail` (the keys' order is upstream's). The lanes split an event by it (inline:
+    the fewest calls), decode the string with its quotes (one JSON string or an error) and check
+    the digits."""
 
-    __slots__ = ("head", "mid", "tail", "number_first", "fixed")
+    __slots__ = ("head", "mid", "tail", "number_first", "fixed", "carries_fields")
 
     def __init__(self, head: bytes, mid: bytes, tail: bytes, number_first: bool) -> None:
         self.head, self.mid, self.tail, self.number_first = head, mid, tail, number_first
         self.fixed = len(head) + len(mid) + len(tail)
+        # `id:` or `retry:` lines: an event we send in place of one of this frame must carry them
+        self.carries_fields = _CARRIED_FIELD.search(head) is not None
 
     @classmethod
     def of(cls, raw: bytes) -> NumberedFrame | None:
@@ -1007,21 +1008,6 @@ class NumberedFrame:
             return self.head + digits + self.mid + body + self.tail
         return self.head + body + self.mid + digits + self.tail
 
-    def split(self, raw: bytes) -> tuple[int, int, bytes] | None:
-        size = len(raw)
-        if size < self.fixed or not raw.startswith(self.head) or not raw.endswith(self.tail):
-            return None
-        start, stop = len(self.head), size - len(self.tail)
-        if self.number_first:
-            at = raw.find(self.mid, start, stop)
-            if at < 0:
-                return None
-            return at + len(self.mid), stop, raw[start:at]
-        at = raw.rfind(self.mid, start, stop)
-        if at < 0:
-            return None
-        return start, at, raw[at + len(self.mid) : stop]
-
 
 # Deltas whose text a client appends to what came before.
 _GROWING = frozenset((*TEXT_DELTA.values(), "response.function_call_arguments.delta", "response.reasoning_summary_text.delta", "response.refusal.delta"))
@@ -1029,54 +1015,73 @@ _SEQUENCE_NUMBER = re.compile(rb'"sequence_number"\s*:\s*(\d+)')
 _SENTINEL_NUMBER = 1234567890123
 
 
-def _json_int(digits: bytes) -> bool:
-    """Digits that are a JSON number as they stand (no sign, no leading zero)."""
-    return digits.isdigit() and (digits[0] != 48 or len(digits) == 1)
-
-
-@dataclass(slots=True)
 class QuietLane:
     """Plain text deltas into a part whose lexer is idle (`passes_plain_delta`), from their
-    bytes (`quiet_reader`)."""
+    bytes: `read(rewriter, raw)` passes `raw` as it came (its number taken), or answers None
+    (nothing done: the full path reads it); `direct`, the same straight from `feed`. The text is
+    kept lazily: the string bodies as they came, one JSON string body together (each is one
+    whole, checked), decoded into the part's text at once by `flush`, before anything else reads
+    or adds to it."""
 
-    frame: NumberedFrame
-    read: Callable[[bytes], bool | None]
+    __slots__ = ("read", "direct", "bodies", "_texts")
+
+    def __init__(self, frame: NumberedFrame, texts: TextPieces, core: ResponsesRewriter, echo: EchoCheck) -> None:
+        self.bodies = bytearray()
+        self._texts = texts
+        self.read = quiet_reader(frame, self.bodies, core, None)
+        self.direct = quiet_reader(frame, self.bodies, core, echo)
+
+    def flush(self) -> None:
+        if self.bodies:
+            self._texts.append(orjson.loads(b'"' + self.bodies + b'"'))
+            self.bodies.clear()
 
 
-def quiet_reader(frame: NumberedFrame, texts: TextPieces, core: ResponsesRewriter) -> Callable[[bytes], bool | None]:
-    """What `passes_plain_delta` does to an event of `frame`, from its bytes: True when it
-    passes (its text recorded, its number taken), None when the full path must read it. A
-    closure: the fewest lookups on the commonest path."""
-    head, mid, tail, fixed, number_first = frame.head, frame.mid, frame.tail, frame.fixed, frame.number_first
-    head_size, mid_size, tail_size = len(head), len(mid), len(tail)
-    loads, append = orjson.loads, texts.append
+# Bytes that make a string body more than printable ASCII without markup: a quote, a
+# backslash (an escape), a control character, a `<`, a `[`, DEL and anything not ASCII. A body
+# without them is one valid JSON string body by itself, and no marker starts in it.
+_UNUSUAL = re.compile(rb'[\x00-\x1f"<\[\\\x7f-\xff]')
 
-    def read(raw: bytes) -> bool | None:
-        size = len(raw)
-        if size < fixed or not raw.startswith(head) or not raw.endswith(tail):
+
+def quiet_reader(frame: NumberedFrame, bodies: bytearray, core: ResponsesRewriter, echo: EchoCheck | None) -> Direct:
+    """`QuietLane.read`: what `passes_plain_delta` does to an event of `frame`. With `echo`, a
+    lane taken straight from `feed` (refused while the echo check holds anything). A closure,
+    called with the rewriter but not holding it: the fewest lookups on the commonest path."""
+    head, mid, tail, number_first = frame.head, frame.mid, frame.tail, frame.number_first
+    head_size, mid_size = len(head), len(mid)
+    loads, keep, unusual = orjson.loads, bodies.extend, _UNUSUAL.search
+    ending = b"%d" + tail.replace(b"%", b"%%")  # the number and the tail, expected after `mid`
+
+    def read(_rewriter: object, raw: bytes) -> list[bytes] | None:
+        if echo is not None and (echo._unsent or echo._assembly is not None):
             return None
-        stop = size - tail_size
+        if not raw.startswith(head):
+            return None
         if number_first:
-            at = raw.find(mid, head_size, stop)
-            if at < 0 or raw[head_size:at] != b"%d" % core._seq:
+            at = raw.find(mid, head_size)
+            if at < 0 or raw[head_size:at] != b"%d" % core._seq or not raw.endswith(tail):
                 return None
-            start, end = at + mid_size, stop
+            start, end = at + mid_size, len(raw) - len(tail)
+            if end < start:
+                return None
         else:
-            at = raw.rfind(mid, head_size, stop)
-            if at < 0 or raw[at + mid_size : stop] != b"%d" % core._seq:
+            at = raw.rfind(mid, head_size)
+            if at < 0 or raw[at + mid_size :] != ending % core._seq:
                 return None
             start, end = head_size, at
         body = raw[start:end]
-        # a quote, a `<`, a `[`, a line end; a `\\u003.` escape: what `markup_may_start` looks for
-        if 34 in body or 60 in body or 91 in body or 10 in body or 13 in body or (92 in body and body.find(b"\\u003") >= 0):
-            return None
-        try:
-            text = loads(raw[start - 1 : end + 1])
-        except orjson.JSONDecodeError:
-            return None
-        append(text)
+        if unusual(body) is not None:
+            # What `markup_may_start` looks for: a `<`, a `[`, a `\u003.` escape; then the body
+            # must be one JSON string (a quote, a line end, a bad escape fail the decoding).
+            if 60 in body or 91 in body or (92 in body and body.find(b"\\u003") >= 0):
+                return None
+            try:
+                loads(raw[start - 1 : end + 1])
+            except orjson.JSONDecodeError:
+                return None
+        keep(body)
         core._seq += 1
-        return True
+        return [raw]
 
     return read
 
@@ -1123,6 +1128,66 @@ class TextLane:
     args: Rendered | None = None
     piece: PieceItem | None = None  # where text as it came goes, renumbered
     text: Rendered | None = None
+    read: Direct | None = None  # `held_reader`, once the lane is complete
+
+
+def held_reader(lane: TextLane, core: ResponsesRewriter) -> Direct:
+    """What the full path does to a text delta of `lane`'s frame, from its bytes: the events to
+    send, or None (nothing done: the full path reads it). A closure, called with the rewriter
+    but not holding it."""
+    head, mid, tail, number_first, fixed = lane.frame.head, lane.frame.mid, lane.frame.tail, lane.frame.number_first, lane.frame.fixed
+    head_size, mid_size, tail_size = len(head), len(mid), len(tail)
+    leaf, loads, dumps = lane.leaf, orjson.loads, orjson.dumps
+
+    def read(rewriter: ResponsesStreamRewriter, raw: bytes) -> list[bytes] | None:
+        size = len(raw)
+        if size < fixed or not raw.startswith(head) or not raw.endswith(tail):
+            return None
+        stop = size - tail_size
+        if number_first:
+            at = raw.find(mid, head_size, stop)
+            digits, start, end = raw[head_size:at], at + mid_size, stop
+        else:
+            at = raw.rfind(mid, head_size, stop)
+            digits, start, end = raw[at + mid_size : stop], head_size, at
+        # (the number is ours to set, but it must be a JSON number as it stands: no sign, no
+        # leading zero)
+        if at < 0 or not digits.isdigit() or (digits[0] == 48 and len(digits) > 1) or (lane.text is None and leaf.idle):
+            return None
+        try:
+            text = loads(raw[start - 1 : end + 1])
+        except orjson.JSONDecodeError:
+            return None
+        if not text:
+            return None
+        segments = leaf.feed(text)
+        if not segments:
+            lane.source.altered = True
+            if lane.text is None and leaf.idle:  # the next deltas may pass as they came: the full path decides
+                rewriter._held = rewriter._direct = None
+            return []
+        if len(segments) == 1:
+            kind = type(segments[0])
+            if kind is CallArgs and lane.finished and lane.args is not None:
+                piece = segments[0].text
+                lane.call.arguments.append(piece)
+                lane.source.altered = True
+                seq = core._seq
+                core._seq = seq + 1
+                body = raw[start:end] if piece == text and raw.find(b"\\", start, end) < 0 else dumps(piece)[1:-1]
+                return [lane.args.event(body, seq)]
+            if kind is Text and lane.text is not None and segments[0].text == text:
+                lane.piece.add_text(lane.key, text)
+                seq = core._seq
+                core._seq = seq + 1
+                body = raw[start:end] if raw.find(b"\\", start, end) < 0 else dumps(text)[1:-1]
+                return [lane.text.event(body, seq)]
+        # Anything else: what the lexers around the leaf make of it, then the full path.
+        event, block = read_event(raw)
+        rewriter._last_type = event["type"]
+        return rewriter._read_in_full(raw, event, block.event, unwind(lane.path, segments))
+
+    return read
 
 
 class ResponsesStreamRewriter(SseRewriter):
@@ -1137,15 +1202,18 @@ class ResponsesStreamRewriter(SseRewriter):
         # deltas while it holds markup. Learned from an event read in full, dropped by the next.
         self._quiet: QuietLane | None = None
         self._held: TextLane | None = None
+        self._frame: NumberedFrame | None = None  # the last text delta frame found (`_frame_of`)
         self._quiet_run = 0
 
     def _on_block(self, raw: bytes) -> list[bytes]:
         if self._held is not None:
-            out = self._held_read(raw)
+            out = self._held.read(self, raw)
             if out is not None:
                 return out
-        elif self._quiet is not None and self._quiet_read(raw) is not None:
-            return [raw]
+        elif self._quiet is not None:
+            if self._quiet.read(self, raw) is not None:
+                return [raw]
+            self._quiet.flush()  # the full path may add to the part's text
         self._last_type = None
         read = read_event(raw)
         if read is None:
@@ -1163,18 +1231,23 @@ class ResponsesStreamRewriter(SseRewriter):
         return self._read_in_full(raw, event, block.event)
 
     def _read_in_full(self, raw: bytes, event: dict[str, Any], name: str | None, lexed: list[Segment] | None = None) -> list[bytes]:
-        self._quiet = self._held = self._direct = None
+        self._drop_lanes()
         self._quiet_run = 0
         core = self._core
         core.lexed, core.last_segments = lexed, None
         out = [self._encode(o) for o in core.on_event(event, raw, name)]
         core.lexed = None
         if core.last_segments is not None and self.lanes:
-            self._arm(raw, event)
+            self._arm(raw, event, name)
         return out
 
-    def _at_end(self) -> list[bytes]:
+    def _drop_lanes(self) -> None:
+        if self._quiet is not None:
+            self._quiet.flush()
         self._quiet = self._held = self._direct = None
+
+    def _at_end(self) -> list[bytes]:
+        self._drop_lanes()
         return [self._encode(o) for o in self._core.finish()]
 
     def _may_send_later(self, raw: bytes) -> bool:
@@ -1218,13 +1291,19 @@ class ResponsesStreamRewriter(SseRewriter):
 
     def _frame_of(self, raw: bytes, event: dict[str, Any]) -> NumberedFrame | None:
         """The frame of a text delta event, checked on a probe: it holds exactly this event but
-        for its delta and its number."""
+        for its delta and its number. The last one found, when it holds this event too (the
+        deltas of a part share it: a call's first and last events arm a lane each)."""
+        frame = self._frame
+        delta, seq = event.get("delta"), event.get("sequence_number")
+        if frame is not None and isinstance(delta, str) and type(seq) is int and raw == frame.probe(orjson.dumps(delta)[1:-1], b"%d" % seq):
+            return frame
         frame = NumberedFrame.of(raw)
         if frame is None:
             return None
         read = read_event(frame.probe(b"\\u0001", b"7"))
         if read is None or read[0] != {**event, "delta": "\x01", "sequence_number": 7}:
             return None
+        self._frame = frame
         return frame
 
     def _learn_quiet(self, raw: bytes, event: dict[str, Any]) -> None:
@@ -1236,21 +1315,10 @@ class ResponsesStreamRewriter(SseRewriter):
         frame = self._frame_of(raw, event)
         texts = source.piece.texts.get(key)
         if frame is not None and texts is not None:
-            self._quiet = QuietLane(frame, quiet_reader(frame, texts, core))
-            self._direct = type(self)._quiet_direct
+            self._quiet = QuietLane(frame, texts, core, self._echo)
+            self._direct = self._quiet.direct
 
-    def _quiet_read(self, raw: bytes) -> bool | None:
-        """True when `raw` is a plain text delta `passes_plain_delta` would pass (its text is
-        recorded, its number taken), else None (nothing done)."""
-        return self._quiet.read(raw)
-
-    def _quiet_direct(self, data: bytes) -> list[bytes] | None:
-        echo = self._echo
-        if not echo._unsent and echo._assembly is None and self._quiet.read(data) is not None:
-            return [data]
-        return None
-
-    def _arm(self, raw: bytes, event: dict[str, Any]) -> None:
+    def _arm(self, raw: bytes, event: dict[str, Any], name: str | None) -> None:
         """After a text delta read in full: the lane of the next deltas of its part (see
         `TextLane`), when its lexer holds markup or its text goes to an item of ours."""
         core = self._core
@@ -1263,7 +1331,7 @@ class ResponsesStreamRewriter(SseRewriter):
         if lexer is None:
             return
         frame = self._frame_of(raw, event)
-        if frame is None or _CARRIED_FIELD.search(frame.head):
+        if frame is None or frame.carries_fields:
             return
         leaf, path = live_path(lexer)
         lane = TextLane(frame, source, key, leaf, path, bool(segments) and type(segments[-1]) in (CallArgs, CallBegin))
@@ -1276,56 +1344,11 @@ class ResponsesStreamRewriter(SseRewriter):
             # `_on_text_delta`'s common case: the event as it came, renumbered. Only where the
             # numbering is ours (else `passes_plain_delta` takes it without the lexer).
             changes = {"output_index": piece.index, "item_id": piece.id, "content_index": piece.content_index(key)}
-            if any(event.get(name) != value for name, value in changes.items()):
+            if any(event.get(key_name) != value for key_name, value in changes.items()):
                 probe = {**event, **changes, "delta": "\x00", "sequence_number": _SENTINEL_NUMBER}
-                lane.piece, lane.text = piece, Rendered.of(self._encode(Outgoing(probe, self._named_as(raw))))
+                lane.piece, lane.text = piece, Rendered.of(self._encode(Outgoing(probe, name)))
         if lexer.idle and lane.text is None:
             return  # the full path (`passes_plain_delta`) takes plain text
+        lane.read = held_reader(lane, core)
         self._held = lane
-        self._direct = self._lane_direct(type(self)._held_read)
-
-    def _named_as(self, raw: bytes) -> str | None:
-        """The `event:` name of `raw` (what `_same_or_new` keeps of an incoming event)."""
-        return parse_block(raw).event
-
-    def _held_read(self, raw: bytes) -> list[bytes] | None:
-        lane = self._held
-        split = lane.frame.split(raw)
-        if split is None:
-            return None
-        start, end, digits = split
-        if not _json_int(digits) or (lane.text is None and lane.leaf.idle):
-            return None
-        try:
-            text = orjson.loads(raw[start - 1 : end + 1])
-        except orjson.JSONDecodeError:
-            return None
-        if not text:
-            return None
-        segments = lane.leaf.feed(text)
-        core = self._core
-        if not segments:
-            lane.source.altered = True
-            if lane.text is None and lane.leaf.idle:  # the next deltas may pass as they came: the full path decides
-                self._held = self._direct = None
-            return []
-        if len(segments) == 1:
-            kind = type(segments[0])
-            if kind is CallArgs and lane.finished and lane.args is not None:
-                piece = segments[0].text
-                lane.call.arguments.append(piece)
-                lane.source.altered = True
-                seq = core._seq
-                core._seq = seq + 1
-                body = raw[start:end] if piece == text and raw.find(b"\\", start, end) < 0 else orjson.dumps(piece)[1:-1]
-                return [lane.args.event(body, seq)]
-            if kind is Text and lane.text is not None and segments[0].text == text:
-                lane.piece.add_text(lane.key, text)
-                seq = core._seq
-                core._seq = seq + 1
-                body = raw[start:end] if raw.find(b"\\", start, end) < 0 else orjson.dumps(text)[1:-1]
-                return [lane.text.event(body, seq)]
-        # Anything else: what the lexers around the leaf make of it, then the full path.
-        event, block = read_event(raw)
-        self._last_type = event["type"]
-        return self._read_in_full(raw, event, block.event, unwind(lane.path, segments))
+        self._direct = self._lane_direct(lane.read)

@@ -1,0 +1,165 @@
+"""The Responses lanes (responses.py: the quiet lane, the held lane) against the full path: the
+same bytes with the lanes on and off, at every split, on streams made to test what the lanes
+read from an event's bytes alone: the order of `delta` and `sequence_number`, text that is
+not plain ASCII (escaped or not), a text kept lazily by the quiet lane and later sent in a
+`.done` event of ours (a call cuts its part), numbering upstream breaks, and events the full
+path cannot read.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from test_fuzz import by_event
+from test_lanes import BASH_CHAT, check, cut_points, pieces_of, rewrite
+from toolshim import responses, sse
+from toolshim.apis import RESPONSES
+from toolshim.responses import ResponsesStreamRewriter
+from toolshim.tools import RequestContext
+
+MODEL = "Qwen/Qwen2.5-72B-Instruct"
+BASH = {"type": "function", "name": "bash", "parameters": BASH_CHAT["function"]["parameters"]}
+PROSE = 'Plain prose with "quotes", a [bracket], a back\\slash, a tab\tand a café, 中文 and 😀 emoji; then more words. '
+CALL = '<tool_call>\n{"name": "bash", "arguments": {"command": "ls -la"}}\n</tool_call>\n'
+
+
+def context() -> RequestContext:
+    return RequestContext.from_body(json.dumps({"model": MODEL, "input": "hi", "tools": [BASH], "stream": True}).encode())
+
+
+def stream(pieces: list[str], *, number_last: bool = False, ascii_only: bool = False, numbers: list[int] | None = None) -> bytes:
+    """A message streamed one delta a piece; `number_last`: `sequence_number` after `delta` (as
+    orjson writes a dict built in that order), else first; `ascii_only`: non-ASCII escaped;
+    `numbers`: the sequence numbers (else 0, 1, 2, …). A piece that is bytes is sent as the
+    event's data line itself (an event the full path cannot read)."""
+    ref = {"item_id": "msg_1", "output_index": 0, "content_index": 0}
+    response = {"id": "resp_1", "object": "response", "created_at": 1, "model": MODEL, "status": "in_progress", "output": []}
+    item = {"id": "msg_1", "type": "message", "role": "assistant", "status": "in_progress", "content": []}
+    events: list[dict | bytes] = [
+        {"type": "response.created", "response": response},
+        {"type": "response.output_item.added", "output_index": 0, "item": item},
+        {"type": "response.content_part.added", **ref, "part": {"type": "output_text", "text": "", "annotations": []}},
+    ]
+    events += [piece if isinstance(piece, bytes) else {"type": "response.output_text.delta", **ref, "delta": piece, "logprobs": []} for piece in pieces]
+    text = "".join(piece for piece in pieces if isinstance(piece, str))
+    part = {"type": "output_text", "text": text, "annotations": []}
+    done_item = {**item, "status": "completed", "content": [part]}
+    events += [
+        {"type": "response.output_text.done", **ref, "text": text, "logprobs": []},
+        {"type": "response.content_part.done", **ref, "part": part},
+        {"type": "response.output_item.done", "output_index": 0, "item": done_item},
+        {"type": "response.completed", "response": {**response, "status": "completed", "output": [done_item]}},
+    ]
+    out = []
+    for n, event in enumerate(events):
+        number = numbers[n] if numbers is not None else n
+        if isinstance(event, bytes):
+            out.append(b"event: response.output_text.delta\ndata: " + event + b"\n\n")
+            continue
+        event = {**event, "sequence_number": number} if number_last else {"type": event["type"], "sequence_number": number, **event}
+        data = json.dumps(event, ensure_ascii=ascii_only, separators=(",", ":"))
+        out.append(f"event: {event['type']}\ndata: {data}\n\n".encode())
+    return b"".join(out)
+
+
+PROSE_PIECES = pieces_of(PROSE, 5)
+CUT_BY_A_CALL = PROSE_PIECES + pieces_of(CALL, 6) + pieces_of(PROSE, 7)
+STREAMS = {
+    "plain, number first": stream(PROSE_PIECES),
+    "plain, number last": stream(PROSE_PIECES, number_last=True),
+    "plain, escaped": stream(PROSE_PIECES, ascii_only=True),
+    "cut by a call, number first": stream(CUT_BY_A_CALL),
+    "cut by a call, number last": stream(CUT_BY_A_CALL, number_last=True),
+    "cut by a call, escaped": stream(CUT_BY_A_CALL, number_last=True, ascii_only=True),
+}
+
+
+@pytest.mark.parametrize("name", list(STREAMS))
+def test_every_split_is_the_same_through_the_lanes(name, monkeypatch):
+    """One event a read, one event cut in two at each byte around its text (and every 17th byte
+    of every fourth event): the lanes on give what the full path gives whole."""
+    body = STREAMS[name]
+    reference, _ = rewrite(RESPONSES, context(), [body], False, monkeypatch)
+    events = by_event(body)
+    for i, event in enumerate(events):
+        for at in cut_points(event, i % 4 == 0):
+            pieces = [*events[:i], event[:at], event[at:], *events[i + 1 :]]
+            on, _ = rewrite(RESPONSES, context(), pieces, True, monkeypatch)
+            assert on == reference, (name, i, at)
+
+
+def test_a_part_cut_by_a_call_keeps_its_text():
+    """The text the quiet lane let pass goes, decoded, into our `.done` events for the part a
+    call cut: the prose before the call, whole, and after it."""
+    body = STREAMS["cut by a call, number last"]
+    out, rewriter = rewrite_plain(body)
+    assert rewriter.stats.calls == 1
+    done = [json.loads(line[6:]) for line in out.split(b"\n") if line.startswith(b"data: ") and b'"response.output_text.done"' in line]
+    assert len(done) == 2 and done[0]["text"] == PROSE and done[1]["text"].strip() == PROSE.strip()
+
+
+def rewrite_plain(body: bytes):
+    rewriter = ResponsesStreamRewriter(context())
+    out = b"".join(piece for event in by_event(body) for piece in rewriter.feed(event)) + b"".join(rewriter.close())
+    return out, rewriter
+
+
+@pytest.mark.parametrize("name", list(STREAMS))
+def test_the_lanes_are_taken(name, monkeypatch):
+    """Most events of these streams are never parsed (equal bytes alone would not tell that the
+    lanes fired)."""
+    parsed = []
+    original = sse.parse_block
+    monkeypatch.setattr(sse, "parse_block", lambda raw: parsed.append(raw) or original(raw))
+    monkeypatch.setattr(responses, "parse_block", sse.parse_block)
+    rewrite_plain(STREAMS[name])
+    assert len(parsed) < len(by_event(STREAMS[name])) / 3, (name, len(parsed))
+
+
+def odd_delta(body: bytes, digits: bytes, number_last: bool) -> bytes:
+    """A text delta's data as `stream` writes it, but for its string body and number."""
+    ref = b'"item_id":"msg_1","output_index":0,"content_index":0,"delta":"' + body + b'","logprobs":[]'
+    if number_last:
+        return b'{"type":"response.output_text.delta",' + ref + b',"sequence_number":' + digits + b"}"
+    return b'{"type":"response.output_text.delta","sequence_number":' + digits + b"," + ref + b"}"
+
+
+@pytest.mark.parametrize("number_last", [False, True])
+@pytest.mark.parametrize(
+    ("body", "digits"),
+    [
+        (b"a\tb", b"33"),
+        (b"a\\xb", b"33"),
+        (b"\\ud83d", b"33"),
+        (b'a","delta":"b', b"33"),
+        (b"\xff\xfe", b"33"),
+        (b"a", b"033"),
+        (b"a", b"33.0"),
+        (b"a", b"34"),
+    ],
+    ids=["raw tab", "bad escape", "lone surrogate", "two deltas", "invalid UTF-8", "leading zero", "a float", "a number ahead"],
+)
+def test_events_the_full_path_reads_otherwise(body, digits, number_last, monkeypatch):
+    """An event in the middle of plain text (or held markup) that the full path cannot read, or
+    reads otherwise than its bytes suggest, whatever the lanes learned before it."""
+    for at in (30, 75):  # in plain text; inside the call's block
+        pieces = [*PROSE_PIECES[:60], *pieces_of(CALL, 6), "after"]
+        pieces.insert(at, odd_delta(body, digits, number_last))
+        stream_body = stream(pieces, number_last=number_last)
+        events = by_event(stream_body)
+        check(RESPONSES, context(), stream_body, [events, [b"".join(events[i : i + 3]) for i in range(0, len(events), 3)]], monkeypatch)
+
+
+@pytest.mark.parametrize("number_last", [False, True])
+def test_numbering_that_upstream_breaks(number_last, monkeypatch):
+    """A number skipped, one repeated, in the middle of plain text and of a call: the events
+    after are renumbered by the full path, and the lanes must give the same."""
+    pieces = PROSE_PIECES[:40] + pieces_of(CALL, 6) + PROSE_PIECES[:20]
+    numbers = list(range(len(pieces) + 7))
+    numbers[20:] = [n + 5 for n in numbers[20:]]  # a gap in the plain text
+    numbers[50:] = [n - 1 for n in numbers[50:]]  # a repeat inside the call
+    body = stream(pieces, number_last=number_last, numbers=numbers)
+    events = by_event(body)
+    check(RESPONSES, context(), body, [events], monkeypatch)
