@@ -577,37 +577,41 @@ class ChatStreamRewriter(SseRewriter):
         it). See `ArgsLane`."""
         lane = self._args
         frame = lane.frame
+        start = lane.start
         if frame.mid is None:
-            if len(raw) < frame.fixed or not raw.startswith(frame.head) or not raw.endswith(frame.tail):
+            if raw[:start] != frame.head or raw[-lane.end :] != frame.tail:
                 return None
-            start, end = lane.start, len(raw) - lane.end
+            end = len(raw) - lane.end
+            if end <= start:
+                return None  # no longer than the frame (or overlapping it): no text
         else:  # mirrored fields: the same string twice (`Frame.split`, inline)
             extra = len(raw) - frame.fixed
-            if extra < 0 or extra & 1 or not raw.startswith(frame.head) or not raw.endswith(frame.tail):
+            if extra <= 0 or extra & 1 or not raw.startswith(frame.head) or not raw.endswith(frame.tail):
                 return None
-            start = lane.start
             end = start + (extra >> 1)
             mid = frame.mid
             if raw[end : end + len(mid)] != mid or raw[end + len(mid) : end + len(mid) + (extra >> 1)] != raw[start:end]:
                 return None
+        body = raw[start - 1 : end + 1]  # the string with its quotes: one JSON string or an error
         try:
-            text = orjson.loads(raw[start - 1 : end + 1])  # the string with its quotes: one JSON string or an error
+            text = orjson.loads(body)
         except orjson.JSONDecodeError:
             return None  # not one string (a quote, bytes that are no UTF-8): the full path
-        if not text:
-            return None
-        if not self._reasoning_field_known and b'"reasoning' in raw:
+        if not self._reasoning_field_known and "reasoning" in text and raw.find(b'"reasoning', start - 1, end) >= 0:
+            # (The frame's own bytes were read in full: only the string can name the field, as
+            # the full path reads it: `b'"reasoning' in raw`.)
             self._reasoning_field_known = True
-        segments = lane.leaf.feed(text)
+        leaf = lane.leaf
+        segments = leaf.feed(text)
         if not segments:
-            if lane.leaf.idle:  # what the full path's end of event works out again: the lanes, the quiet path
+            if leaf.idle:  # what the full path's end of event works out again: the lanes, the quiet path
                 self._args = self._direct = None
                 self._settle()
             return [*lane.held]
-        if len(segments) == 1 and type(segments[0]) is CallArgs and lane.finished and not lane.leaf.idle:
+        if len(segments) == 1 and type(segments[0]) is CallArgs and lane.finished and not leaf.idle:
             piece = segments[0].text
-            if piece == text and raw.find(b"\\", start, end) < 0:
-                body = raw[start:end]
+            if piece == text and 92 not in body:
+                body = body[1:-1]
             else:  # orjson's escapes may differ from upstream's
                 body = orjson.dumps(piece)[1:-1]
             if lane.before or lane.after:

@@ -47,7 +47,7 @@ _BRACKET_MARKUP = re.compile(
 def markup_may_start(raw: bytes) -> bool:
     """Might a marker of some dialect begin in the text of these raw events (JSON bytes)? Every
     marker begins with `<` (`\\u003c` escaped) or is a bracket marker."""
-    if raw.find(b"<") >= 0 or raw.find(b"\\u003") >= 0:
+    if raw.find(b"<") >= 0 or (raw.find(b"\\") >= 0 and raw.find(b"\\u003") >= 0):  # (one byte: memchr)
         return True
     # A pattern that begins with a literal is searched for that byte in C: one pass, where
     # counting the JSON's own `[{` and `[]` to rule brackets out took three.
@@ -348,7 +348,7 @@ class SseRewriter:
                 echo.gave(out)
                 if echo.changed and getattr(rewriter._direct_lane, "lane", None) is read:
                     rewriter._direct = read
-                else:
+                elif getattr(rewriter._gate, "lane", None) is not read:
                     rewriter._open_gate()  # (a lane the read set may wait for the echo check)
             return out
 
@@ -420,13 +420,15 @@ class SseRewriter:
         # After the last "\n\n", events ending in CR line ends ("\r\n\r\n", "\r\r") may be
         # complete: they must be framed and read, not left to the framer (fuzzing found a
         # `data: [DONE]\r\n\r\n` dropped that way), so such a read takes the framed path.
-        if end >= 2 and b"\r" not in data[end:] and self._nothing_to_read(data if end == len(data) else data[:end]):
-            if end == len(data):
-                if self._direct is None and self.lanes:
-                    self._passed_whole(data)
-                return [data]
-            self._framer.feed(data[end:])  # no event is complete in it
-            return [data[:end]]
+        if end >= 2 and data.find(b"\r", end) < 0:
+            whole = data if end == len(data) else data[:end]
+            if self._nothing_to_read(whole):
+                if whole is data:
+                    if self._direct is None and self.lanes:
+                        self._passed_whole(data)
+                    return [data]
+                self._framer.feed(data[end:])  # no event is complete in it
+                return [whole]
         if held:
             self._framer.feed(held)  # put back (no event is complete in it): framed with the read
         return None
