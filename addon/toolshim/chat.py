@@ -153,6 +153,7 @@ def text_channels(holder: dict[str, Any]) -> list[tuple[tuple[str, ...], str]]:
 
 
 _CHANNEL_OF = {key: (key,) for key in TEXT_KEYS}
+CONTENT_CHANNEL = _CHANNEL_OF[CONTENT]
 
 
 def parts_to_deltas(parts: list[Part]) -> list[dict[str, Any]]:
@@ -203,14 +204,16 @@ class ArgsLane:
     innermost live lexer (`leaf`) is fed; the lexers around it (`path`) are transparent to its
     text while it is in the call (see `live_path`). `[]` (whitespace held): the `held` events;
     one `CallArgs`: the output frame around it; anything else goes back through `path` and
-    on through the full path (`_read_in_full` with those segments), which drops the lane.
+    on through the full path (`_read_in_full` with those segments), which drops the lane, but
+    for the event's own text alone when the channel's text keeps its field (`own_field`): the
+    event as it came, as the full path finds it unchanged (the text after a call closed).
     """
 
-    __slots__ = ("frame", "start", "end", "leaf", "path", "head", "tail", "before", "after", "held", "finished")
+    __slots__ = ("frame", "start", "end", "leaf", "path", "head", "tail", "before", "after", "held", "finished", "own_field")
 
     def __init__(
         self, frame: Frame, path: tuple[Lexer, list[Lexer]], head: bytes, tail: bytes, before: list[bytes], after: list[bytes],
-        held: list[bytes], finished: bool,
+        held: list[bytes], finished: bool, own_field: bool,
     ) -> None:  # fmt: skip
         self.frame = frame
         self.start, self.end = len(frame.head), len(frame.tail)  # where the string's body begins; its tail's length
@@ -218,6 +221,7 @@ class ArgsLane:
         self.head, self.tail = head, tail
         self.before, self.after, self.held = before, after, held
         self.finished = finished
+        self.own_field = own_field
 
 
 class ChatStreamRewriter(SseRewriter):
@@ -241,6 +245,10 @@ class ChatStreamRewriter(SseRewriter):
         # dropped by the next event the full path reads.
         self._quiet_frame: Frame | None = None
         self._quiet_run = 0  # events passed quietly since the last one read in full
+        # The last quiet lane learned, taken up again whenever the rewriter is idle again (after
+        # a call, a block): (frame, lane), or None. A frame that holds a finish_reason is not
+        # kept (once a call was made, the full path reads one).
+        self._quiet_kept: tuple[Frame, Any] | None = None
         self._args: ArgsLane | None = None
         self._lexed: tuple | None = None  # what `_rewrite_choice` read last (for `_arm`)
         self._renders: dict[tuple, tuple] = {}  # (frame, open call) -> what it renders to (`_render_frame`; () none)
@@ -296,6 +304,8 @@ class ChatStreamRewriter(SseRewriter):
         the next events may take the fast path."""
         self._idle = self._all_idle() and not (self._context.parse_error_chunk and self.stats.problems)
         self._passes_whole_reads = self._idle and self._content_started
+        if self._idle and self._quiet_kept is not None and self._quiet_frame is None and self.lanes:
+            self._quiet_frame, self._direct = self._quiet_kept
 
     def _read_block(self, raw: bytes, lexed: list[Segment] | None = None) -> list[bytes]:
         event = parse_block(raw)
@@ -499,6 +509,9 @@ class ChatStreamRewriter(SseRewriter):
             return
         self._quiet_frame = frame
         self._direct = quiet_lane(frame, self._echo, None if self._reasoning_field_known else b"reasoning")
+        # (What passed quietly once passes so whenever the rewriter is idle: the conditions of
+        # `_nothing_to_read` only grow weaker, a finish_reason after a call aside.)
+        self._quiet_kept = None if _FINISH.search(frame.head) or _FINISH.search(frame.tail) else (frame, self._direct)
 
     def _quiet_read(self, raw: bytes) -> bytes | None:
         """`raw` when it is an event of the quiet frame whose text may pass unread (what
@@ -541,7 +554,8 @@ class ChatStreamRewriter(SseRewriter):
         # only when it was finished last and fed nothing since, as when this event's last part
         # was the call or its arguments. Else such a piece takes the full path once.
         finished = bool(parts) and parts[-1][0] in ("args", "call")
-        lane = ArgsLane(frame, live_path(lexer), head, tail, before, after, held, finished)
+        own_field = channel == CONTENT_CHANNEL or channel not in state._reasoning_over  # (`ChoiceRewriter._place`)
+        lane = ArgsLane(frame, live_path(lexer), head, tail, before, after, held, finished, own_field)
         self._args = lane
         self._direct = self._lane_direct(type(self)._args_read)
 
@@ -617,8 +631,15 @@ class ChatStreamRewriter(SseRewriter):
             if lane.before or lane.after:
                 return [*lane.before, lane.head + body + lane.tail, *lane.after]
             return [lane.head + body + lane.tail]
-        # Anything else: what the lexers around the leaf make of it, then the full path.
-        return self._read_in_full(raw, unwind(lane.path, segments))
+        # Anything else: what the lexers around the leaf make of it, then the full path; but the
+        # event's own text alone (the full path's `unchanged`) is the event as it came.
+        lexed = unwind(lane.path, segments)
+        if len(lexed) == 1 and type(lexed[0]) is Text and lexed[0].text == text and lane.own_field:
+            self._args = self._direct = None
+            self._quiet_run = 0
+            self._settle()  # (the next event read in full arms a lane again if one still holds)
+            return [raw]
+        return self._read_in_full(raw, lexed)
 
     def _parse_error(self) -> dict[str, Any] | None:
         """Seed 002's error chunk: the first note of markup that did not parse as a call."""
