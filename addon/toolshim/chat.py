@@ -33,6 +33,10 @@ _UPSTREAM_CALLS = re.compile(rb'"tool_calls"\s*:\s*\[\s*\{')
 # Content that starts the answer: whitespace alone does not (a `<think>` may still open after it,
 # as the lexers and the buffered rewrite have it; fuzzing found " " then "<think>…" read apart).
 _CONTENT_TEXT = re.compile(rb'"content"\s*:\s*"(?:[ \t\r\n]|\\[nrt])*(?:[^"\\ \t\r\n]|\\[^nrt])')
+# The open call's index while a frame is rendered (`ChatStreamRewriter._arm`), then replaced by
+# the index itself: digits no stream's metadata holds where the call's index goes.
+_INDEX_PROBE = 8_106_359_127_405_193
+_INDEX_PROBE_BYTES = str(_INDEX_PROBE).encode()
 # Once a call was made, a finish_reason must be read (`stop` becomes `tool_calls`).
 _FINISH = re.compile(rb'"finish_reason"\s*:\s*"')
 
@@ -251,7 +255,7 @@ class ChatStreamRewriter(SseRewriter):
         self._quiet_kept: tuple[Frame, Any] | None = None
         self._args: ArgsLane | None = None
         self._lexed: tuple | None = None  # what `_rewrite_choice` read last (for `_arm`)
-        self._renders: dict[tuple, tuple] = {}  # (frame, open call) -> what it renders to (`_render_frame`; () none)
+        self._renders: dict[tuple, tuple] = {}  # frame -> what it renders to (`_render_frame`; () none)
 
     # -- events ----------------------------------------------------------------------------------
 
@@ -540,16 +544,20 @@ class ChatStreamRewriter(SseRewriter):
         if frame is None:
             return
         # What the frame renders to depends on its bytes and the open call's index alone: a
-        # stream's sections and calls re-arm the lane from the same few frames.
-        key = (frame.head, frame.mid, frame.tail, state._open_index)
+        # stream's sections and calls re-arm the lane from the same few frames, each call's
+        # index put in its place (rendered once around a stand-in index, `_INDEX_PROBE`).
+        index = state._open_index
+        key = (frame.head, frame.mid, frame.tail, index if index is None else _INDEX_PROBE)
         rendered = self._renders.get(key)
         if rendered is None:
-            rendered = self._renders[key] = self._render_frame(raw, frame, choice, channel, state._open_index) or ()
+            rendered = self._renders[key] = self._render_frame(raw, frame, choice, channel, key[3]) or ()
             if len(self._renders) > 16:
                 self._renders.clear()
         if not rendered:
             return
         head, tail, before, after, held = rendered
+        if index is not None:
+            head = head.replace(_INDEX_PROBE_BYTES, str(index).encode())
         # A chain's second stage gets `second.finish()` before each piece of arguments: a no-op
         # only when it was finished last and fed nothing since, as when this event's last part
         # was the call or its arguments. Else such a piece takes the full path once.
@@ -584,6 +592,8 @@ class ChatStreamRewriter(SseRewriter):
             return None
         at = hits[0]
         head, _, tail = encoded[at].partition(b"\\u0000")
+        if open_index == _INDEX_PROBE and (head.count(_INDEX_PROBE_BYTES) != 1 or any(_INDEX_PROBE_BYTES in piece for piece in (tail, *encoded[:at], *encoded[at + 1 :]))):
+            return None  # the stand-in index is not alone where the call's index goes
         return head, tail, encoded[:at], encoded[at + 1 :], [encode_event(orjson.dumps(c)) for c in held]
 
     def _args_read(self, raw: bytes) -> list[bytes] | None:
