@@ -254,6 +254,7 @@ class ChatStreamRewriter(SseRewriter):
         # kept (once a call was made, the full path reads one).
         self._quiet_kept: tuple[Frame, Any] | None = None
         self._args: ArgsLane | None = None
+        self._armed_frame: Frame | None = None  # the frame of the last lane armed (`_arm`), and its `channel`
         self._lexed: tuple | None = None  # what `_rewrite_choice` read last (for `_arm`)
         self._renders: dict[tuple, tuple] = {}  # frame -> what it renders to (`_render_frame`; () none)
 
@@ -539,10 +540,16 @@ class ChatStreamRewriter(SseRewriter):
         lexer = state.lexer(channel)
         if lexer is None or lexer.idle:
             return
-        spans = string_spans(raw, channel)
-        frame = Frame.around(raw, spans) if spans is not None else None
-        if frame is None:
-            return
+        frame = self._armed_frame
+        if frame is None or frame.channel != channel or frame.split(raw) is None:
+            # (A stream's events share a frame: the one learned last is taken again while this
+            # event is one of it. Its bytes alone make a frame, whatever event it came from.)
+            spans = string_spans(raw, channel)
+            frame = Frame.around(raw, spans) if spans is not None else None
+            if frame is None:
+                return
+            frame.channel = channel
+            self._armed_frame = frame
         # What the frame renders to depends on its bytes and the open call's index alone: a
         # stream's sections and calls re-arm the lane from the same few frames, each call's
         # index put in its place (rendered once around a stand-in index, `_INDEX_PROBE`).

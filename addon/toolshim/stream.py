@@ -60,11 +60,12 @@ class Frame:
     holds the same JSON as the learned one, but for the string whose body is `s`, provided `s`
     is a valid JSON string body (the caller decodes it, or rules out quotes in it)."""
 
-    __slots__ = ("head", "mid", "tail", "fixed")
+    __slots__ = ("head", "mid", "tail", "fixed", "channel")
 
     def __init__(self, head: bytes, tail: bytes, mid: bytes | None = None) -> None:
         self.head, self.tail, self.mid = head, tail, mid
         self.fixed = len(head) + len(tail) + (len(mid) if mid is not None else 0)
+        self.channel: object = None  # what a user of the frame says its string is (its keys)
 
     @classmethod
     def around(cls, raw: bytes, spans: list[tuple[int, int]]) -> Frame | None:
