@@ -292,6 +292,10 @@ class ChatStreamRewriter(SseRewriter):
             elif self.lanes:
                 self._passed_whole(raw)
             return [raw]  # fast path: no marker can start here and nothing is held
+        if self._quiet_frame is not None:
+            out = self._quiet_markup(raw)
+            if out is not None:
+                return out
         return self._read_in_full(raw)
 
     def _read_in_full(self, raw: bytes, lexed: list[Segment] | None = None) -> list[bytes]:
@@ -512,6 +516,7 @@ class ChatStreamRewriter(SseRewriter):
         frame = Frame.around(raw, spans)
         if frame is None or _CONTENT_TEXT.search(frame.head) or _CONTENT_TEXT.search(frame.tail):
             return
+        frame.channel = keys if frame.mid is None else None  # (mirrored: the channel's key order is the delta's)
         self._quiet_frame = frame
         self._direct = quiet_lane(frame, self._echo, None if self._reasoning_field_known else b"reasoning")
         # (What passed quietly once passes so whenever the rewriter is idle: the conditions of
@@ -528,6 +533,44 @@ class ChatStreamRewriter(SseRewriter):
         if not self._reasoning_field_known and body.startswith(b"reasoning"):
             return None  # `"reasoning` in the bytes: the full path takes it for the field's name
         return raw
+
+    def _quiet_markup(self, raw: bytes) -> list[bytes] | None:
+        """An event of the quiet frame whose text a lexer must read (a `<` that may begin a
+        marker), read as the full path reads it: the channel's innermost live lexer is fed its
+        text (`live_path`), and what comes out (nothing: the text is held; the text itself)
+        is rendered from the frame, as a lane renders it (`_render_frame`, rendered by then
+        for an event of this frame read in full). Anything else goes on through the full
+        path. None, before any lexer was fed: the full path reads the event."""
+        frame = self._quiet_frame
+        channel = frame.channel
+        rendered = self._renders.get((frame.head, frame.mid, frame.tail, None)) if channel is not None else None
+        if not rendered or len(self._choices) != 1:
+            return None
+        state = next(iter(self._choices.values()))
+        lexer = state.lexer(channel)
+        body = frame.split(raw)
+        if lexer is None or not body:
+            return None
+        start = len(frame.head)
+        try:
+            text = orjson.loads(raw[start - 1 : start + len(body) + 1])
+        except orjson.JSONDecodeError:
+            return None
+        if not self._reasoning_field_known and "reasoning" in text and raw.find(b'"reasoning', start - 1, start + len(body)) >= 0:
+            self._reasoning_field_known = True  # (as `_args_read`)
+        leaf, path = live_path(lexer)
+        lexed = unwind(path, leaf.feed(text))
+        if lexed and not (len(lexed) == 1 and type(lexed[0]) is Text and lexed[0].text == text and channel not in state._reasoning_over):
+            return self._read_in_full(raw, lexed)
+        # What `_read_in_full` does with the event of its frame: nothing held sends the frame's
+        # `held` events, the text itself the event as it came; the lanes are worked out again.
+        self._quiet_frame = self._direct = None
+        self._quiet_run = 0
+        self._template = rendered[5]
+        self._settle()
+        self._lexed = (state, None, (channel, text), [])
+        self._arm(raw)
+        return [*rendered[4]] if not lexed else [raw]
 
     def _arm(self, raw: bytes) -> None:
         """After an event read in full that left its one channel's lexer holding something (a
@@ -557,12 +600,14 @@ class ChatStreamRewriter(SseRewriter):
         key = (frame.head, frame.mid, frame.tail, index if index is None else _INDEX_PROBE)
         rendered = self._renders.get(key)
         if rendered is None:
+            if choice is None:
+                return  # (`_quiet_markup`: rendered the next time an event of the frame is read in full)
             rendered = self._renders[key] = self._render_frame(raw, frame, choice, channel, key[3]) or ()
             if len(self._renders) > 16:
                 self._renders.clear()
         if not rendered:
             return
-        head, tail, before, after, held = rendered
+        head, tail, before, after, held, _ = rendered
         if index is not None:
             head = head.replace(_INDEX_PROBE_BYTES, str(index).encode())
         # A chain's second stage gets `second.finish()` before each piece of arguments: a no-op
@@ -601,7 +646,7 @@ class ChatStreamRewriter(SseRewriter):
         head, _, tail = encoded[at].partition(b"\\u0000")
         if open_index == _INDEX_PROBE and (head.count(_INDEX_PROBE_BYTES) != 1 or any(_INDEX_PROBE_BYTES in piece for piece in (tail, *encoded[:at], *encoded[at + 1 :]))):
             return None  # the stand-in index is not alone where the call's index goes
-        return head, tail, encoded[:at], encoded[at + 1 :], [encode_event(orjson.dumps(c)) for c in held]
+        return head, tail, encoded[:at], encoded[at + 1 :], [encode_event(orjson.dumps(c)) for c in held], self._template
 
     def _args_read(self, raw: bytes) -> list[bytes] | None:
         """An event through the lane, or None (before anything was fed: the full path reads
