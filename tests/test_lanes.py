@@ -199,17 +199,20 @@ def lane_streams() -> list[tuple[str, str, RequestContext, bytes]]:
     from responses import number_events, responses_events, responses_sse
 
     streams = []
-    for name, model, text, fields in (
+    for name, model, text, fields, *extra in (
         ("kimi in content", "moonshotai/Kimi-K2.5", KIMI_TEXT, ("content",)),
         ("kimi in mirrored reasoning", "moonshotai/Kimi-K2.5", KIMI_TEXT, ("reasoning", "reasoning_content")),
         ("hermes in content", "Qwen/Qwen2.5-72B-Instruct", HERMES_TEXT, ("content",)),
         ("plain", "some-model", PLAIN_TEXT, ("content",)),
         ("kimi: prose and calls in turn", "moonshotai/Kimi-K2.5", KIMI_TURNS, ("content",)),
         ("hermes: prose and blocks in turn", "Qwen/Qwen2.5-72B-Instruct", HERMES_TURNS, ("content",)),
+        # (vLLM's continuous usage stats without numbers: `"usage": null` in every chunk, rendered too)
+        ("kimi: prose and calls in turn, usage in each chunk", "moonshotai/Kimi-K2.5", KIMI_TURNS, ("content",), {"usage": None}),
+        ("hermes: prose and blocks in turn, usage in each chunk", "Qwen/Qwen2.5-72B-Instruct", HERMES_TURNS, ("content",), {"usage": None}),
     ):
         context = RequestContext.from_body(json.dumps({"model": model, "tools": [BASH_CHAT], "stream": True}).encode())
         events = [chat_chunk(model, {"role": "assistant", "content": ""})]
-        events += [chat_chunk(model, {key: piece for key in fields}) for piece in pieces_of(text, 1)]
+        events += [chat_chunk(model, {key: piece for key in fields}, **(extra[0] if extra else {})) for piece in pieces_of(text, 1)]
         events.append(chat_chunk(model, {}, "stop", usage=None))
         events.append(b"data: [DONE]\n\n")
         streams.append((name, CHAT, context, b"".join(events)))

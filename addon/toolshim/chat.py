@@ -157,7 +157,6 @@ def text_channels(holder: dict[str, Any]) -> list[tuple[tuple[str, ...], str]]:
 
 
 _CHANNEL_OF = {key: (key,) for key in TEXT_KEYS}
-CONTENT_CHANNEL = _CHANNEL_OF[CONTENT]
 
 
 def parts_to_deltas(parts: list[Part]) -> list[dict[str, Any]]:
@@ -195,6 +194,23 @@ def parts_to_deltas(parts: list[Part]) -> list[dict[str, Any]]:
     return deltas
 
 
+class Rendered:
+    """What the full path makes of the events of a frame (`ChatStreamRewriter._render_frame`):
+    the output frame around a piece of the open call's arguments (`head`, `tail`, whole events
+    `before` and `after` it), the events of a text held (`held`), and what renders any other
+    parts of such an event (`render`: the chunk's metadata, its usage, its choice; the text
+    itself plays no part in the rendering)."""
+
+    __slots__ = ("head", "tail", "before", "after", "held", "template", "usage", "choice")
+
+    def __init__(
+        self, head: bytes, tail: bytes, before: list[bytes], after: list[bytes], held: list[bytes], template: dict[str, Any],
+        usage: dict[str, Any], choice: dict[str, Any],
+    ) -> None:  # fmt: skip
+        self.head, self.tail, self.before, self.after, self.held = head, tail, before, after, held
+        self.template, self.usage, self.choice = template, usage, choice
+
+
 class ArgsLane:
     """The steady state of markup being read: events that differ only in the text of one
     channel whose lexer holds something (a call's header, its arguments streamed live as
@@ -208,24 +224,22 @@ class ArgsLane:
     innermost live lexer (`leaf`) is fed; the lexers around it (`path`) are transparent to its
     text while it is in the call (see `live_path`). `[]` (whitespace held): the `held` events;
     one `CallArgs`: the output frame around it; anything else goes back through `path` and
-    on through the full path (`_read_in_full` with those segments), which drops the lane, but
-    for the event's own text alone when the channel's text keeps its field (`own_field`): the
-    event as it came, as the full path finds it unchanged (the text after a call closed).
+    on to the parts they make, rendered as the full path renders them (`_read_lexed`).
     """
 
-    __slots__ = ("frame", "start", "end", "leaf", "path", "head", "tail", "before", "after", "held", "finished", "own_field")
+    __slots__ = ("frame", "start", "end", "leaf", "path", "head", "tail", "before", "after", "held", "finished", "rendered", "state", "channel")
 
     def __init__(
-        self, frame: Frame, path: tuple[Lexer, list[Lexer]], head: bytes, tail: bytes, before: list[bytes], after: list[bytes],
-        held: list[bytes], finished: bool, own_field: bool,
+        self, frame: Frame, path: tuple[Lexer, list[Lexer]], head: bytes, rendered: Rendered, finished: bool, state: ChoiceRewriter,
+        channel: tuple[str, ...],
     ) -> None:  # fmt: skip
         self.frame = frame
         self.start, self.end = len(frame.head), len(frame.tail)  # where the string's body begins; its tail's length
         self.leaf, self.path = path
-        self.head, self.tail = head, tail
-        self.before, self.after, self.held = before, after, held
+        self.head, self.tail = head, rendered.tail
+        self.before, self.after, self.held = rendered.before, rendered.after, rendered.held
         self.finished = finished
-        self.own_field = own_field
+        self.rendered, self.state, self.channel = rendered, state, channel
 
 
 class ChatStreamRewriter(SseRewriter):
@@ -551,7 +565,7 @@ class ChatStreamRewriter(SseRewriter):
         body = frame.split(raw)
         if lexer is None or not body:
             return None
-        start = len(frame.head)
+        start = len(frame.head)  # (a quiet frame is not mirrored: `frame.channel`)
         try:
             text = orjson.loads(raw[start - 1 : start + len(body) + 1])
         except orjson.JSONDecodeError:
@@ -559,18 +573,30 @@ class ChatStreamRewriter(SseRewriter):
         if not self._reasoning_field_known and "reasoning" in text and raw.find(b'"reasoning', start - 1, start + len(body)) >= 0:
             self._reasoning_field_known = True  # (as `_args_read`)
         leaf, path = live_path(lexer)
-        lexed = unwind(path, leaf.feed(text))
-        if lexed and not (len(lexed) == 1 and type(lexed[0]) is Text and lexed[0].text == text and channel not in state._reasoning_over):
-            return self._read_in_full(raw, lexed)
-        # What `_read_in_full` does with the event of its frame: nothing held sends the frame's
-        # `held` events, the text itself the event as it came; the lanes are worked out again.
-        self._quiet_frame = self._direct = None
+        return self._read_lexed(raw, text, unwind(path, leaf.feed(text)), state, channel, rendered)
+
+    def _read_lexed(self, raw: bytes, text: str, lexed: list[Segment], state: ChoiceRewriter, channel: tuple[str, ...], rendered: Rendered) -> list[bytes]:
+        """What the full path (`_read_in_full`) makes of an event of a rendered frame whose text
+        (`text`, of `channel`) the lexers made `lexed` of: the event as it came when its text
+        comes out as it was, else its parts rendered by the full path's own rules; then the
+        lanes are worked out again. (The frame's event holds one choice of one channel, no
+        finish_reason, no calls of upstream's, no event name: `_render_frame` checked it.)"""
+        self._args = self._quiet_frame = self._direct = None
         self._quiet_run = 0
-        self._template = rendered[5]
+        self._template = rendered.template
+        parts: list[Part] = []
+        state.place(channel, lexed, parts)
+        if len(parts) == 1 and parts[0] == ("text", channel, text):
+            out = [raw]
+        else:
+            choice = rendered.choice
+            chunks = self._with_usage(rendered.usage, self._render(choice.get("index", 0), choice, choice["delta"], parts, [], [], None, None))
+            out = [encode_event(orjson.dumps(c)) for c in chunks]
         self._settle()
-        self._lexed = (state, None, (channel, text), [])
-        self._arm(raw)
-        return [*rendered[4]] if not lexed else [raw]
+        if self.lanes:
+            self._lexed = (state, None, (channel, text), parts)
+            self._arm(raw)
+        return out
 
     def _arm(self, raw: bytes) -> None:
         """After an event read in full that left its one channel's lexer holding something (a
@@ -607,19 +633,16 @@ class ChatStreamRewriter(SseRewriter):
                 self._renders.clear()
         if not rendered:
             return
-        head, tail, before, after, held, _ = rendered
-        if index is not None:
-            head = head.replace(_INDEX_PROBE_BYTES, str(index).encode())
+        head = rendered.head if index is None else rendered.head.replace(_INDEX_PROBE_BYTES, str(index).encode())
         # A chain's second stage gets `second.finish()` before each piece of arguments: a no-op
         # only when it was finished last and fed nothing since, as when this event's last part
         # was the call or its arguments. Else such a piece takes the full path once.
         finished = bool(parts) and parts[-1][0] in ("args", "call")
-        own_field = channel == CONTENT_CHANNEL or channel not in state._reasoning_over  # (`ChoiceRewriter._place`)
-        lane = ArgsLane(frame, live_path(lexer), head, tail, before, after, held, finished, own_field)
+        lane = ArgsLane(frame, live_path(lexer), head, rendered, finished, state, channel)
         self._args = lane
         self._direct = self._lane_direct(type(self)._args_read)
 
-    def _render_frame(self, raw: bytes, frame: Frame, choice: dict[str, Any], channel: tuple[str, ...], open_index: int | None) -> tuple | None:
+    def _render_frame(self, raw: bytes, frame: Frame, choice: dict[str, Any], channel: tuple[str, ...], open_index: int | None) -> Rendered | None:
         """The output of an event of `frame` (the event just read, `raw`), rendered by the full
         path's own rules: around a probe argument (a piece of the open call's arguments: `head`,
         `tail`, whole events `before` and `after`), and of no parts (the text held). None when the
@@ -646,7 +669,8 @@ class ChatStreamRewriter(SseRewriter):
         head, _, tail = encoded[at].partition(b"\\u0000")
         if open_index == _INDEX_PROBE and (head.count(_INDEX_PROBE_BYTES) != 1 or any(_INDEX_PROBE_BYTES in piece for piece in (tail, *encoded[:at], *encoded[at + 1 :]))):
             return None  # the stand-in index is not alone where the call's index goes
-        return head, tail, encoded[:at], encoded[at + 1 :], [encode_event(orjson.dumps(c)) for c in held], self._template
+        usage = {"usage": chunk["usage"]} if "usage" in chunk else {}
+        return Rendered(head, tail, encoded[:at], encoded[at + 1 :], [encode_event(orjson.dumps(c)) for c in held], self._template, usage, choice)
 
     def _args_read(self, raw: bytes) -> list[bytes] | None:
         """An event through the lane, or None (before anything was fed: the full path reads
@@ -693,15 +717,8 @@ class ChatStreamRewriter(SseRewriter):
             if lane.before or lane.after:
                 return [*lane.before, lane.head + body + lane.tail, *lane.after]
             return [lane.head + body + lane.tail]
-        # Anything else: what the lexers around the leaf make of it, then the full path; but the
-        # event's own text alone (the full path's `unchanged`) is the event as it came.
-        lexed = unwind(lane.path, segments)
-        if len(lexed) == 1 and type(lexed[0]) is Text and lexed[0].text == text and lane.own_field:
-            self._args = self._direct = None
-            self._quiet_run = 0
-            self._settle()  # (the next event read in full arms a lane again if one still holds)
-            return [raw]
-        return self._read_in_full(raw, lexed)
+        # Anything else: what the lexers around the leaf make of it, rendered as the full path does.
+        return self._read_lexed(raw, text, unwind(lane.path, segments), lane.state, lane.channel, lane.rendered)
 
     def _parse_error(self) -> dict[str, Any] | None:
         """Seed 002's error chunk: the first note of markup that did not parse as a call."""
