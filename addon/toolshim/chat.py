@@ -33,6 +33,7 @@ _UPSTREAM_CALLS = re.compile(rb'"tool_calls"\s*:\s*\[\s*\{')
 # Content that starts the answer: whitespace alone does not (a `<think>` may still open after it,
 # as the lexers and the buffered rewrite have it; fuzzing found " " then "<think>…" read apart).
 _CONTENT_TEXT = re.compile(rb'"content"\s*:\s*"(?:[ \t\r\n]|\\[nrt])*(?:[^"\\ \t\r\n]|\\[^nrt])')
+_loads = orjson.loads  # (the lanes' one global lookup)
 # The open call's index while a frame is rendered (`ChatStreamRewriter._arm`), then replaced by
 # the index itself: digits no stream's metadata holds where the call's index goes.
 _INDEX_PROBE = 8_106_359_127_405_193
@@ -227,17 +228,22 @@ class ArgsLane:
     on to the parts they make, rendered as the full path renders them (`_read_lexed`).
     """
 
-    __slots__ = ("frame", "start", "end", "leaf", "path", "head", "tail", "before", "after", "held", "finished", "rendered", "state", "channel")
+    __slots__ = (
+        "frame", "frame_head", "frame_tail", "mirrored", "start", "end", "leaf", "path", "head", "tail", "before", "after", "alone", "held",
+        "finished", "rendered", "state", "channel",
+    )  # fmt: skip
 
     def __init__(
         self, frame: Frame, path: tuple[Lexer, list[Lexer]], head: bytes, rendered: Rendered, finished: bool, state: ChoiceRewriter,
         channel: tuple[str, ...],
     ) -> None:  # fmt: skip
         self.frame = frame
+        self.frame_head, self.frame_tail, self.mirrored = frame.head, frame.tail, frame.mid is not None  # (one lookup each, per event)
         self.start, self.end = len(frame.head), len(frame.tail)  # where the string's body begins; its tail's length
         self.leaf, self.path = path
         self.head, self.tail = head, rendered.tail
         self.before, self.after, self.held = rendered.before, rendered.after, rendered.held
+        self.alone = not rendered.before and not rendered.after  # one event out for one in
         self.finished = finished
         self.rendered, self.state, self.channel = rendered, state, channel
 
@@ -676,15 +682,15 @@ class ChatStreamRewriter(SseRewriter):
         """An event through the lane, or None (before anything was fed: the full path reads
         it). See `ArgsLane`."""
         lane = self._args
-        frame = lane.frame
         start = lane.start
-        if frame.mid is None:
-            if raw[:start] != frame.head or raw[-lane.end :] != frame.tail:
+        if not lane.mirrored:
+            if raw[:start] != lane.frame_head or raw[-lane.end :] != lane.frame_tail:
                 return None
             end = len(raw) - lane.end
             if end <= start:
                 return None  # no longer than the frame (or overlapping it): no text
         else:  # mirrored fields: the same string twice (`Frame.split`, inline)
+            frame = lane.frame
             extra = len(raw) - frame.fixed
             if extra <= 0 or extra & 1 or not raw.startswith(frame.head) or not raw.endswith(frame.tail):
                 return None
@@ -694,7 +700,7 @@ class ChatStreamRewriter(SseRewriter):
                 return None
         body = raw[start - 1 : end + 1]  # the string with its quotes: one JSON string or an error
         try:
-            text = orjson.loads(body)
+            text = _loads(body)
         except orjson.JSONDecodeError:
             return None  # not one string (a quote, bytes that are no UTF-8): the full path
         if not self._reasoning_field_known and "reasoning" in text and raw.find(b'"reasoning', start - 1, end) >= 0:
@@ -714,9 +720,9 @@ class ChatStreamRewriter(SseRewriter):
                 body = body[1:-1]
             else:  # orjson's escapes may differ from upstream's
                 body = orjson.dumps(piece)[1:-1]
-            if lane.before or lane.after:
-                return [*lane.before, lane.head + body + lane.tail, *lane.after]
-            return [lane.head + body + lane.tail]
+            if lane.alone:
+                return [lane.head + body + lane.tail]
+            return [*lane.before, lane.head + body + lane.tail, *lane.after]
         # Anything else: what the lexers around the leaf make of it, rendered as the full path does.
         return self._read_lexed(raw, text, unwind(lane.path, segments), lane.state, lane.channel, lane.rendered)
 
