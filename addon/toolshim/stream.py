@@ -125,6 +125,7 @@ def quiet_lane(frame: Frame, echo: EchoCheck, refuse: bytes | None = None) -> Di
     full too. A closure, with the fewest lookups on the commonest path."""
     head, tail = frame.head, frame.tail
     start, end = len(head), len(tail)  # (a tail holds at least the string's closing quote)
+    first = refuse[0] if refuse else -1  # (no byte is -1)
 
     def direct(_rewriter: SseRewriter, data: bytes) -> list[bytes] | None:
         if data[:start] != head or data[-end:] != tail:
@@ -133,7 +134,7 @@ def quiet_lane(frame: Frame, echo: EchoCheck, refuse: bytes | None = None) -> Di
         # (A read of several events holds a line end in its body: `10 in body`.)
         if not body or 34 in body or 60 in body or 91 in body or 10 in body or 13 in body or (92 in body and body.find(b"\\u003") >= 0):
             return None
-        if refuse is not None and body.startswith(refuse):
+        if body[0] == first and body.startswith(refuse):  # (a byte compared first: most bodies begin otherwise)
             return None
         return [data]
 
