@@ -266,7 +266,8 @@ class ChatStreamRewriter(SseRewriter):
         self._idle = not self._reads_start
         # The lanes (stream.py): plain text while idle (`_quiet_frame`), a call's arguments
         # while one is open (`_args`). Each is learned from an event the full path read, and
-        # dropped by the next event the full path reads.
+        # dropped by the next event the full path reads (or a lane reads as the full path
+        # does, `_read_lexed`); the quiet one is taken up again once idle (`_quiet_kept`).
         self._quiet_frame: Frame | None = None
         self._quiet_run = 0  # events passed quietly since the last one read in full
         # The last quiet lane learned, taken up again whenever the rewriter is idle again (after
