@@ -68,13 +68,15 @@ class ChoiceRewriter:
     @property
     def idle(self) -> bool:
         """Nothing held, and text with no marker would pass as it came."""
+        if not self._dialects.idle:
+            return False  # (first: the cheapest, and what a call's events find)
         if (CONTENT,) not in self._lexers and (self._dialects.bare_json or (self._dialects.preopened and not self._upstream_reasoning)):
             return False  # the start of the content must be read (pre-opened reasoning, bare JSON)
         if self.native.emitted:
             return False  # upstream made calls: its finish_reason must be read ("stop" is wrong)
         if self._reasoning_over:
             return False  # a reasoning channel's text now goes to content: none passes as it came (fuzzing)
-        return self.native.idle and self._dialects.idle  # the lexers report their own changes
+        return self.native.idle  # (the lexers report their own changes: `_dialects.idle`)
 
     def feed(self, channel: tuple[str, ...], text: str, parts: list[Part]) -> None:
         lexer = self._lexers.get(channel)
@@ -282,6 +284,8 @@ class ChatStreamRewriter(SseRewriter):
     # -- events ----------------------------------------------------------------------------------
 
     def _all_idle(self) -> bool:
+        if len(self._choices) == 1:
+            return next(iter(self._choices.values())).idle  # (one choice, as nearly every stream has)
         if not self._choices and self._reads_start:
             return False
         return all(choice.idle for choice in self._choices.values())
