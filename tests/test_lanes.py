@@ -351,3 +351,13 @@ def test_a_quiet_frame_with_a_finish_reason_is_not_taken_up_after_a_call(monkeyp
     reference = check(CHAT, context, body, [events], monkeypatch)
     finishes = re.findall(rb'"finish_reason":"(\w+)"', reference)
     assert finishes[-1] == b"tool_calls" and b"stop" not in finishes[-4:], finishes
+
+
+@given(st.lists(st.sampled_from([b"\\", b"u", b"003", b"0", b"3c", b"a", b'"']), max_size=60))
+def test_escaped_markup_is_found_as_a_search_finds_it(pieces):
+    """The backslashes looked at one by one, then the escape searched for: the same answer as a
+    search for `\\u003`, with few backslashes or many."""
+    from toolshim.stream import _escaped_markup
+
+    raw = b"".join(pieces)
+    assert _escaped_markup(raw) is (raw.find(b"\\u003") >= 0)

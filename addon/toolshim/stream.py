@@ -47,11 +47,25 @@ _BRACKET_MARKUP = re.compile(
 def markup_may_start(raw: bytes) -> bool:
     """Might a marker of some dialect begin in the text of these raw events (JSON bytes)? Every
     marker begins with `<` (`\\u003c` escaped) or is a bracket marker."""
-    if raw.find(b"<") >= 0 or (raw.find(b"\\") >= 0 and raw.find(b"\\u003") >= 0):  # (one byte: memchr)
+    if raw.find(b"<") >= 0 or _escaped_markup(raw):
         return True
     # A pattern that begins with a literal is searched for that byte in C: one pass, where
     # counting the JSON's own `[{` and `[]` to rule brackets out took three.
     return _BRACKET_MARKUP.search(raw) is not None
+
+
+def _escaped_markup(raw: bytes) -> bool:
+    """Is there a `\\u003` (an escaped `<`, or what may be one) in `raw`? A search for one byte
+    is memchr, for several a pass over every byte: the first few backslashes are looked at one
+    by one (text with quotes has a few), a run of many is searched for the escape itself."""
+    at = raw.find(b"\\")
+    for _ in range(8):
+        if at < 0:
+            return False
+        if raw.startswith(b"u003", at + 1):
+            return True
+        at = raw.find(b"\\", at + 1)
+    return at >= 0 and raw.find(b"\\u003", at) >= 0
 
 
 class Frame:
