@@ -179,6 +179,18 @@ KIMI_TEXT = (
 )
 PLAIN_TEXT = 'Plain prose, with "quotes", a [bracket] and a tab\tand more words. ' * 3
 HERMES_TEXT = 'Checking.\n<tool_call>\n{"name": "bash", "arguments": {"command": "cat a<b \\u003c é"}}\n</tool_call>\nAnd now prose after it, plain.'
+# Prose and calls taking turns: the lanes hand over to each other (the text after a call closes,
+# the quiet lane taken up again once nothing is held).
+KIMI_TURNS = (
+    "First some prose here. <|tool_calls_section_begin|><|tool_call_begin|>functions.bash:0<|tool_call_argument_begin|>"
+    '{"command": "ls"}<|tool_call_end|><|tool_calls_section_end|>/usr/lib is next, and more prose follows it. '
+    "<|tool_calls_section_begin|><|tool_call_begin|>functions.bash:1<|tool_call_argument_begin|>"
+    '{"command": "pwd"}<|tool_call_end|><|tool_calls_section_end|> Then the end of it all.'
+)
+HERMES_TURNS = (
+    'One.\n<tool_call>\n{"name": "bash", "arguments": {"command": "ls"}}\n</tool_call>\ncode path and words after it.\n'
+    '<tool_call>\n{"name": "bash", "arguments": {"command": "pwd"}}\n</tool_call>\nMore words, and the end.'
+)
 
 
 def lane_streams() -> list[tuple[str, str, RequestContext, bytes]]:
@@ -187,15 +199,20 @@ def lane_streams() -> list[tuple[str, str, RequestContext, bytes]]:
     from responses import number_events, responses_events, responses_sse
 
     streams = []
-    for name, model, text, fields in (
+    for name, model, text, fields, *extra in (
         ("kimi in content", "moonshotai/Kimi-K2.5", KIMI_TEXT, ("content",)),
         ("kimi in mirrored reasoning", "moonshotai/Kimi-K2.5", KIMI_TEXT, ("reasoning", "reasoning_content")),
         ("hermes in content", "Qwen/Qwen2.5-72B-Instruct", HERMES_TEXT, ("content",)),
         ("plain", "some-model", PLAIN_TEXT, ("content",)),
+        ("kimi: prose and calls in turn", "moonshotai/Kimi-K2.5", KIMI_TURNS, ("content",)),
+        ("hermes: prose and blocks in turn", "Qwen/Qwen2.5-72B-Instruct", HERMES_TURNS, ("content",)),
+        # (vLLM's continuous usage stats without numbers: `"usage": null` in every chunk, rendered too)
+        ("kimi: prose and calls in turn, usage in each chunk", "moonshotai/Kimi-K2.5", KIMI_TURNS, ("content",), {"usage": None}),
+        ("hermes: prose and blocks in turn, usage in each chunk", "Qwen/Qwen2.5-72B-Instruct", HERMES_TURNS, ("content",), {"usage": None}),
     ):
         context = RequestContext.from_body(json.dumps({"model": model, "tools": [BASH_CHAT], "stream": True}).encode())
         events = [chat_chunk(model, {"role": "assistant", "content": ""})]
-        events += [chat_chunk(model, {key: piece for key in fields}) for piece in pieces_of(text, 1)]
+        events += [chat_chunk(model, {key: piece for key in fields}, **(extra[0] if extra else {})) for piece in pieces_of(text, 1)]
         events.append(chat_chunk(model, {}, "stop", usage=None))
         events.append(b"data: [DONE]\n\n")
         streams.append((name, CHAT, context, b"".join(events)))
@@ -291,3 +308,56 @@ def test_a_rewriter_in_a_lane_is_freed_by_reference_counting():
     finally:
         if enabled:
             gc.enable()
+
+
+def test_prose_after_a_call_takes_the_quiet_lane_again(monkeypatch):
+    """Once a call closed and nothing is held, the plain text that follows is taken by the
+    quiet lane straight from `feed` (the lane learned before the call is taken up again), and
+    the text that closed it leaves as it came: none of it is framed."""
+    read: list[bytes] = []
+
+    def framed(self, data, *args, original=ChatStreamRewriter._framed):
+        read.append(data)
+        return original(self, data, *args)
+
+    monkeypatch.setattr(ChatStreamRewriter, "_framed", framed)
+    for name, api, context, body in lane_streams():
+        if "in turn" not in name:
+            continue
+        events = by_event(body)
+        read.clear()
+        rewrite(api, context, events, True, monkeypatch)
+        texts = [json.loads(event[6:])["choices"][0]["delta"]["content"] for event in events[1:-2]]  # role, finish, [DONE] aside
+        whole = "".join(texts)
+        closes = max(whole.rfind("<|tool_calls_section_end|>") + 26, whole.rfind("</tool_call>") + 12)
+        closed = next(i for i in range(len(texts)) if len("".join(texts[: i + 1])) >= closes) + 1
+        after = events[closed + 2 : -2]  # the prose after the last call, but its first event
+        assert len(after) > 5, name
+        assert not any(event in read for event in after), (name, [e for e in after if e in read])
+
+
+def test_a_quiet_frame_with_a_finish_reason_is_not_taken_up_after_a_call(monkeypatch):
+    """A quiet lane learned from events that carry `"finish_reason":"stop"` (odd, but seen) is
+    not taken up again after a call: such an event must then be read (`stop` becomes
+    `tool_calls`). Lanes on and off: the same bytes, and the last event says tool_calls."""
+    model = "Qwen/Qwen2.5-72B-Instruct"
+    context = RequestContext.from_body(json.dumps({"model": model, "tools": [BASH_CHAT], "stream": True}).encode())
+    events = [chat_chunk(model, {"role": "assistant", "content": ""})]
+    events += [chat_chunk(model, {"content": piece}, "stop") for piece in ["Hi", " there", " all", " of", " you", " now"]]
+    events += [chat_chunk(model, {"content": piece}) for piece in pieces_of('\n<tool_call>\n{"name": "bash", "arguments": {}}\n</tool_call>\n', 4)]
+    events += [chat_chunk(model, {"content": piece}, "stop") for piece in ["Done", " and", " done", " again"]]
+    events.append(b"data: [DONE]\n\n")
+    body = b"".join(events)
+    reference = check(CHAT, context, body, [events], monkeypatch)
+    finishes = re.findall(rb'"finish_reason":"(\w+)"', reference)
+    assert finishes[-1] == b"tool_calls" and b"stop" not in finishes[-4:], finishes
+
+
+@given(st.lists(st.sampled_from([b"\\", b"u", b"003", b"0", b"3c", b"a", b'"']), max_size=60))
+def test_escaped_markup_is_found_as_a_search_finds_it(pieces):
+    """The backslashes looked at one by one, then the escape searched for: the same answer as a
+    search for `\\u003`, with few backslashes or many."""
+    from toolshim.stream import _escaped_markup
+
+    raw = b"".join(pieces)
+    assert _escaped_markup(raw) is (raw.find(b"\\u003") >= 0)

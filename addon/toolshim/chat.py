@@ -33,6 +33,11 @@ _UPSTREAM_CALLS = re.compile(rb'"tool_calls"\s*:\s*\[\s*\{')
 # Content that starts the answer: whitespace alone does not (a `<think>` may still open after it,
 # as the lexers and the buffered rewrite have it; fuzzing found " " then "<think>…" read apart).
 _CONTENT_TEXT = re.compile(rb'"content"\s*:\s*"(?:[ \t\r\n]|\\[nrt])*(?:[^"\\ \t\r\n]|\\[^nrt])')
+_loads = orjson.loads  # (the lanes' one global lookup)
+# The open call's index while a frame is rendered (`ChatStreamRewriter._arm`), then replaced by
+# the index itself: digits no stream's metadata holds where the call's index goes.
+_INDEX_PROBE = 8_106_359_127_405_193
+_INDEX_PROBE_BYTES = str(_INDEX_PROBE).encode()
 # Once a call was made, a finish_reason must be read (`stop` becomes `tool_calls`).
 _FINISH = re.compile(rb'"finish_reason"\s*:\s*"')
 
@@ -63,13 +68,15 @@ class ChoiceRewriter:
     @property
     def idle(self) -> bool:
         """Nothing held, and text with no marker would pass as it came."""
+        if not self._dialects.idle:
+            return False  # (first: the cheapest, and what a call's events find)
         if (CONTENT,) not in self._lexers and (self._dialects.bare_json or (self._dialects.preopened and not self._upstream_reasoning)):
             return False  # the start of the content must be read (pre-opened reasoning, bare JSON)
         if self.native.emitted:
             return False  # upstream made calls: its finish_reason must be read ("stop" is wrong)
         if self._reasoning_over:
             return False  # a reasoning channel's text now goes to content: none passes as it came (fuzzing)
-        return self.native.idle and self._dialects.idle  # the lexers report their own changes
+        return self.native.idle  # (the lexers report their own changes: `_dialects.idle`)
 
     def feed(self, channel: tuple[str, ...], text: str, parts: list[Part]) -> None:
         lexer = self._lexers.get(channel)
@@ -190,6 +197,23 @@ def parts_to_deltas(parts: list[Part]) -> list[dict[str, Any]]:
     return deltas
 
 
+class Rendered:
+    """What the full path makes of the events of a frame (`ChatStreamRewriter._render_frame`):
+    the output frame around a piece of the open call's arguments (`head`, `tail`, whole events
+    `before` and `after` it), the events of a text held (`held`), and what renders any other
+    parts of such an event (`render`: the chunk's metadata, its usage, its choice; the text
+    itself plays no part in the rendering)."""
+
+    __slots__ = ("head", "tail", "before", "after", "held", "template", "usage", "choice")
+
+    def __init__(
+        self, head: bytes, tail: bytes, before: list[bytes], after: list[bytes], held: list[bytes], template: dict[str, Any],
+        usage: dict[str, Any], choice: dict[str, Any],
+    ) -> None:  # fmt: skip
+        self.head, self.tail, self.before, self.after, self.held = head, tail, before, after, held
+        self.template, self.usage, self.choice = template, usage, choice
+
+
 class ArgsLane:
     """The steady state of markup being read: events that differ only in the text of one
     channel whose lexer holds something (a call's header, its arguments streamed live as
@@ -203,21 +227,27 @@ class ArgsLane:
     innermost live lexer (`leaf`) is fed; the lexers around it (`path`) are transparent to its
     text while it is in the call (see `live_path`). `[]` (whitespace held): the `held` events;
     one `CallArgs`: the output frame around it; anything else goes back through `path` and
-    on through the full path (`_read_in_full` with those segments), which drops the lane.
+    on to the parts they make, rendered as the full path renders them (`_read_lexed`).
     """
 
-    __slots__ = ("frame", "start", "end", "leaf", "path", "head", "tail", "before", "after", "held", "finished")
+    __slots__ = (
+        "frame", "frame_head", "frame_tail", "mirrored", "start", "end", "leaf", "path", "head", "tail", "before", "after", "alone", "held",
+        "finished", "rendered", "state", "channel",
+    )  # fmt: skip
 
     def __init__(
-        self, frame: Frame, path: tuple[Lexer, list[Lexer]], head: bytes, tail: bytes, before: list[bytes], after: list[bytes],
-        held: list[bytes], finished: bool,
+        self, frame: Frame, path: tuple[Lexer, list[Lexer]], head: bytes, rendered: Rendered, finished: bool, state: ChoiceRewriter,
+        channel: tuple[str, ...],
     ) -> None:  # fmt: skip
         self.frame = frame
+        self.frame_head, self.frame_tail, self.mirrored = frame.head, frame.tail, frame.mid is not None  # (one lookup each, per event)
         self.start, self.end = len(frame.head), len(frame.tail)  # where the string's body begins; its tail's length
         self.leaf, self.path = path
-        self.head, self.tail = head, tail
-        self.before, self.after, self.held = before, after, held
+        self.head, self.tail = head, rendered.tail
+        self.before, self.after, self.held = rendered.before, rendered.after, rendered.held
+        self.alone = not rendered.before and not rendered.after  # one event out for one in
         self.finished = finished
+        self.rendered, self.state, self.channel = rendered, state, channel
 
 
 class ChatStreamRewriter(SseRewriter):
@@ -238,16 +268,24 @@ class ChatStreamRewriter(SseRewriter):
         self._idle = not self._reads_start
         # The lanes (stream.py): plain text while idle (`_quiet_frame`), a call's arguments
         # while one is open (`_args`). Each is learned from an event the full path read, and
-        # dropped by the next event the full path reads.
+        # dropped by the next event the full path reads (or a lane reads as the full path
+        # does, `_read_lexed`); the quiet one is taken up again once idle (`_quiet_kept`).
         self._quiet_frame: Frame | None = None
         self._quiet_run = 0  # events passed quietly since the last one read in full
+        # The last quiet lane learned, taken up again whenever the rewriter is idle again (after
+        # a call, a block): (frame, lane), or None. A frame that holds a finish_reason is not
+        # kept (once a call was made, the full path reads one).
+        self._quiet_kept: tuple[Frame, Any] | None = None
         self._args: ArgsLane | None = None
+        self._armed_frame: Frame | None = None  # the frame of the last lane armed (`_arm`), and its `channel`
         self._lexed: tuple | None = None  # what `_rewrite_choice` read last (for `_arm`)
-        self._renders: dict[tuple, tuple] = {}  # (frame, open call) -> what it renders to (`_render_frame`; () none)
+        self._renders: dict[tuple, tuple] = {}  # frame -> what it renders to (`_render_frame`; () none)
 
     # -- events ----------------------------------------------------------------------------------
 
     def _all_idle(self) -> bool:
+        if len(self._choices) == 1:
+            return next(iter(self._choices.values())).idle  # (one choice, as nearly every stream has)
         if not self._choices and self._reads_start:
             return False
         return all(choice.idle for choice in self._choices.values())
@@ -279,6 +317,10 @@ class ChatStreamRewriter(SseRewriter):
             elif self.lanes:
                 self._passed_whole(raw)
             return [raw]  # fast path: no marker can start here and nothing is held
+        if self._quiet_frame is not None:
+            out = self._quiet_markup(raw)
+            if out is not None:
+                return out
         return self._read_in_full(raw)
 
     def _read_in_full(self, raw: bytes, lexed: list[Segment] | None = None) -> list[bytes]:
@@ -296,6 +338,8 @@ class ChatStreamRewriter(SseRewriter):
         the next events may take the fast path."""
         self._idle = self._all_idle() and not (self._context.parse_error_chunk and self.stats.problems)
         self._passes_whole_reads = self._idle and self._content_started
+        if self._idle and self._quiet_kept is not None and self._quiet_frame is None and self.lanes:
+            self._quiet_frame, self._direct = self._quiet_kept
 
     def _read_block(self, raw: bytes, lexed: list[Segment] | None = None) -> list[bytes]:
         event = parse_block(raw)
@@ -497,8 +541,12 @@ class ChatStreamRewriter(SseRewriter):
         frame = Frame.around(raw, spans)
         if frame is None or _CONTENT_TEXT.search(frame.head) or _CONTENT_TEXT.search(frame.tail):
             return
+        frame.channel = keys if frame.mid is None else None  # (mirrored: the channel's key order is the delta's)
         self._quiet_frame = frame
         self._direct = quiet_lane(frame, self._echo, None if self._reasoning_field_known else b"reasoning")
+        # (What passed quietly once passes so whenever the rewriter is idle: the conditions of
+        # `_nothing_to_read` only grow weaker, a finish_reason after a call aside.)
+        self._quiet_kept = None if _FINISH.search(frame.head) or _FINISH.search(frame.tail) else (frame, self._direct)
 
     def _quiet_read(self, raw: bytes) -> bytes | None:
         """`raw` when it is an event of the quiet frame whose text may pass unread (what
@@ -511,6 +559,56 @@ class ChatStreamRewriter(SseRewriter):
             return None  # `"reasoning` in the bytes: the full path takes it for the field's name
         return raw
 
+    def _quiet_markup(self, raw: bytes) -> list[bytes] | None:
+        """An event of the quiet frame whose text a lexer must read (a `<` that may begin a
+        marker), read as the full path reads it: the channel's innermost live lexer is fed its
+        text (`live_path`), and what comes out (nothing: the text is held; the text itself)
+        is rendered from the frame, as a lane renders it (`_render_frame`, rendered by then
+        for an event of this frame read in full). Anything else goes on through the full
+        path. None, before any lexer was fed: the full path reads the event."""
+        frame = self._quiet_frame
+        channel = frame.channel
+        rendered = self._renders.get((frame.head, frame.mid, frame.tail, None)) if channel is not None else None
+        if not rendered or len(self._choices) != 1:
+            return None
+        state = next(iter(self._choices.values()))
+        lexer = state.lexer(channel)
+        body = frame.split(raw)
+        if lexer is None or not body:
+            return None
+        start = len(frame.head)  # (a quiet frame is not mirrored: `frame.channel`)
+        try:
+            text = orjson.loads(raw[start - 1 : start + len(body) + 1])
+        except orjson.JSONDecodeError:
+            return None
+        if not self._reasoning_field_known and "reasoning" in text and raw.find(b'"reasoning', start - 1, start + len(body)) >= 0:
+            self._reasoning_field_known = True  # (as `_args_read`)
+        leaf, path = live_path(lexer)
+        return self._read_lexed(raw, text, unwind(path, leaf.feed(text)), state, channel, rendered)
+
+    def _read_lexed(self, raw: bytes, text: str, lexed: list[Segment], state: ChoiceRewriter, channel: tuple[str, ...], rendered: Rendered) -> list[bytes]:
+        """What the full path (`_read_in_full`) makes of an event of a rendered frame whose text
+        (`text`, of `channel`) the lexers made `lexed` of: the event as it came when its text
+        comes out as it was, else its parts rendered by the full path's own rules; then the
+        lanes are worked out again. (The frame's event holds one choice of one channel, no
+        finish_reason, no calls of upstream's, no event name: `_render_frame` checked it.)"""
+        self._args = self._quiet_frame = self._direct = None
+        self._quiet_run = 0
+        self._template = rendered.template
+        parts: list[Part] = []
+        state.place(channel, lexed, parts)
+        if len(parts) == 1 and parts[0] == ("text", channel, text):
+            out = [raw]
+        else:
+            choice = rendered.choice
+            chunks = self._with_usage(rendered.usage, self._render(choice.get("index", 0), choice, choice["delta"], parts, [], [], None, None))
+            out = [encode_event(orjson.dumps(c)) for c in chunks]
+        self._settle()
+        if self.lanes:
+            self._lexed = (state, None, (channel, text), parts)
+            self._arm(raw)
+        return out
+
     def _arm(self, raw: bytes) -> None:
         """After an event read in full that left its one channel's lexer holding something (a
         call's header or arguments, a block): the lane of the next events of that channel,
@@ -522,30 +620,40 @@ class ChatStreamRewriter(SseRewriter):
         lexer = state.lexer(channel)
         if lexer is None or lexer.idle:
             return
-        spans = string_spans(raw, channel)
-        frame = Frame.around(raw, spans) if spans is not None else None
-        if frame is None:
-            return
+        frame = self._armed_frame
+        if frame is None or frame.channel != channel or frame.split(raw) is None:
+            # (A stream's events share a frame: the one learned last is taken again while this
+            # event is one of it. Its bytes alone make a frame, whatever event it came from.)
+            spans = string_spans(raw, channel)
+            frame = Frame.around(raw, spans) if spans is not None else None
+            if frame is None:
+                return
+            frame.channel = channel
+            self._armed_frame = frame
         # What the frame renders to depends on its bytes and the open call's index alone: a
-        # stream's sections and calls re-arm the lane from the same few frames.
-        key = (frame.head, frame.mid, frame.tail, state._open_index)
+        # stream's sections and calls re-arm the lane from the same few frames, each call's
+        # index put in its place (rendered once around a stand-in index, `_INDEX_PROBE`).
+        index = state._open_index
+        key = (frame.head, frame.mid, frame.tail, index if index is None else _INDEX_PROBE)
         rendered = self._renders.get(key)
         if rendered is None:
-            rendered = self._renders[key] = self._render_frame(raw, frame, choice, channel, state._open_index) or ()
+            if choice is None:
+                return  # (`_quiet_markup`: rendered the next time an event of the frame is read in full)
+            rendered = self._renders[key] = self._render_frame(raw, frame, choice, channel, key[3]) or ()
             if len(self._renders) > 16:
                 self._renders.clear()
         if not rendered:
             return
-        head, tail, before, after, held = rendered
+        head = rendered.head if index is None else rendered.head.replace(_INDEX_PROBE_BYTES, str(index).encode())
         # A chain's second stage gets `second.finish()` before each piece of arguments: a no-op
         # only when it was finished last and fed nothing since, as when this event's last part
         # was the call or its arguments. Else such a piece takes the full path once.
         finished = bool(parts) and parts[-1][0] in ("args", "call")
-        lane = ArgsLane(frame, live_path(lexer), head, tail, before, after, held, finished)
+        lane = ArgsLane(frame, live_path(lexer), head, rendered, finished, state, channel)
         self._args = lane
         self._direct = self._lane_direct(type(self)._args_read)
 
-    def _render_frame(self, raw: bytes, frame: Frame, choice: dict[str, Any], channel: tuple[str, ...], open_index: int | None) -> tuple | None:
+    def _render_frame(self, raw: bytes, frame: Frame, choice: dict[str, Any], channel: tuple[str, ...], open_index: int | None) -> Rendered | None:
         """The output of an event of `frame` (the event just read, `raw`), rendered by the full
         path's own rules: around a probe argument (a piece of the open call's arguments: `head`,
         `tail`, whole events `before` and `after`), and of no parts (the text held). None when the
@@ -570,51 +678,58 @@ class ChatStreamRewriter(SseRewriter):
             return None
         at = hits[0]
         head, _, tail = encoded[at].partition(b"\\u0000")
-        return head, tail, encoded[:at], encoded[at + 1 :], [encode_event(orjson.dumps(c)) for c in held]
+        if open_index == _INDEX_PROBE and (head.count(_INDEX_PROBE_BYTES) != 1 or any(_INDEX_PROBE_BYTES in piece for piece in (tail, *encoded[:at], *encoded[at + 1 :]))):
+            return None  # the stand-in index is not alone where the call's index goes
+        usage = {"usage": chunk["usage"]} if "usage" in chunk else {}
+        return Rendered(head, tail, encoded[:at], encoded[at + 1 :], [encode_event(orjson.dumps(c)) for c in held], self._template, usage, choice)
 
     def _args_read(self, raw: bytes) -> list[bytes] | None:
         """An event through the lane, or None (before anything was fed: the full path reads
         it). See `ArgsLane`."""
         lane = self._args
-        frame = lane.frame
-        if frame.mid is None:
-            if len(raw) < frame.fixed or not raw.startswith(frame.head) or not raw.endswith(frame.tail):
+        start = lane.start
+        if not lane.mirrored:
+            if raw[:start] != lane.frame_head or raw[-lane.end :] != lane.frame_tail:
                 return None
-            start, end = lane.start, len(raw) - lane.end
+            end = len(raw) - lane.end
+            if end <= start:
+                return None  # no longer than the frame (or overlapping it): no text
         else:  # mirrored fields: the same string twice (`Frame.split`, inline)
+            frame = lane.frame
             extra = len(raw) - frame.fixed
-            if extra < 0 or extra & 1 or not raw.startswith(frame.head) or not raw.endswith(frame.tail):
+            if extra <= 0 or extra & 1 or not raw.startswith(frame.head) or not raw.endswith(frame.tail):
                 return None
-            start = lane.start
             end = start + (extra >> 1)
             mid = frame.mid
             if raw[end : end + len(mid)] != mid or raw[end + len(mid) : end + len(mid) + (extra >> 1)] != raw[start:end]:
                 return None
+        body = raw[start - 1 : end + 1]  # the string with its quotes: one JSON string or an error
         try:
-            text = orjson.loads(raw[start - 1 : end + 1])  # the string with its quotes: one JSON string or an error
+            text = _loads(body)
         except orjson.JSONDecodeError:
             return None  # not one string (a quote, bytes that are no UTF-8): the full path
-        if not text:
-            return None
-        if not self._reasoning_field_known and b'"reasoning' in raw:
+        if not self._reasoning_field_known and "reasoning" in text and raw.find(b'"reasoning', start - 1, end) >= 0:
+            # (The frame's own bytes were read in full: only the string can name the field, as
+            # the full path reads it: `b'"reasoning' in raw`.)
             self._reasoning_field_known = True
-        segments = lane.leaf.feed(text)
+        leaf = lane.leaf
+        segments = leaf.feed(text)
         if not segments:
-            if lane.leaf.idle:  # what the full path's end of event works out again: the lanes, the quiet path
+            if leaf.idle:  # what the full path's end of event works out again: the lanes, the quiet path
                 self._args = self._direct = None
                 self._settle()
             return [*lane.held]
-        if len(segments) == 1 and type(segments[0]) is CallArgs and lane.finished and not lane.leaf.idle:
+        if len(segments) == 1 and type(segments[0]) is CallArgs and lane.finished and not leaf.idle:
             piece = segments[0].text
-            if piece == text and raw.find(b"\\", start, end) < 0:
-                body = raw[start:end]
+            if piece == text and 92 not in body:
+                body = body[1:-1]
             else:  # orjson's escapes may differ from upstream's
                 body = orjson.dumps(piece)[1:-1]
-            if lane.before or lane.after:
-                return [*lane.before, lane.head + body + lane.tail, *lane.after]
-            return [lane.head + body + lane.tail]
-        # Anything else: what the lexers around the leaf make of it, then the full path.
-        return self._read_in_full(raw, unwind(lane.path, segments))
+            if lane.alone:
+                return [lane.head + body + lane.tail]
+            return [*lane.before, lane.head + body + lane.tail, *lane.after]
+        # Anything else: what the lexers around the leaf make of it, rendered as the full path does.
+        return self._read_lexed(raw, text, unwind(lane.path, segments), lane.state, lane.channel, lane.rendered)
 
     def _parse_error(self) -> dict[str, Any] | None:
         """Seed 002's error chunk: the first note of markup that did not parse as a call."""

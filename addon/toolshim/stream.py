@@ -47,11 +47,25 @@ _BRACKET_MARKUP = re.compile(
 def markup_may_start(raw: bytes) -> bool:
     """Might a marker of some dialect begin in the text of these raw events (JSON bytes)? Every
     marker begins with `<` (`\\u003c` escaped) or is a bracket marker."""
-    if raw.find(b"<") >= 0 or raw.find(b"\\u003") >= 0:
+    if raw.find(b"<") >= 0 or _escaped_markup(raw):
         return True
     # A pattern that begins with a literal is searched for that byte in C: one pass, where
     # counting the JSON's own `[{` and `[]` to rule brackets out took three.
     return _BRACKET_MARKUP.search(raw) is not None
+
+
+def _escaped_markup(raw: bytes) -> bool:
+    """Is there a `\\u003` (an escaped `<`, or what may be one) in `raw`? A search for one byte
+    is memchr, for several a pass over every byte: the first few backslashes are looked at one
+    by one (text with quotes has a few), a run of many is searched for the escape itself."""
+    at = raw.find(b"\\")
+    for _ in range(8):
+        if at < 0:
+            return False
+        if raw.startswith(b"u003", at + 1):
+            return True
+        at = raw.find(b"\\", at + 1)
+    return at >= 0 and raw.find(b"\\u003", at) >= 0
 
 
 class Frame:
@@ -60,11 +74,12 @@ class Frame:
     holds the same JSON as the learned one, but for the string whose body is `s`, provided `s`
     is a valid JSON string body (the caller decodes it, or rules out quotes in it)."""
 
-    __slots__ = ("head", "mid", "tail", "fixed")
+    __slots__ = ("head", "mid", "tail", "fixed", "channel")
 
     def __init__(self, head: bytes, tail: bytes, mid: bytes | None = None) -> None:
         self.head, self.tail, self.mid = head, tail, mid
         self.fixed = len(head) + len(tail) + (len(mid) if mid is not None else 0)
+        self.channel: object = None  # what a user of the frame says its string is (its keys)
 
     @classmethod
     def around(cls, raw: bytes, spans: list[tuple[int, int]]) -> Frame | None:
@@ -119,31 +134,33 @@ def plain_body(body: bytes) -> bool:
 
 def quiet_lane(frame: Frame, echo: EchoCheck, refuse: bytes | None = None) -> Direct:
     """A read of one plain text event of `frame`, taken straight from `feed` while the echo check
-    holds nothing: the read as it came, or None (the framed path reads it). `refuse`: a body
-    beginning with it is read in full too. A closure, with the fewest lookups on the commonest
-    path."""
-    head, tail, fixed = frame.head, frame.tail, frame.fixed
-    start, end = len(head), len(tail)
-    mirrored = frame.mid is not None
+    holds nothing (`feed` asks `echo` before it takes the lane: `direct.waits_for`): the read as
+    it came, or None (the framed path reads it). `refuse`: a body beginning with it is read in
+    full too. A closure, with the fewest lookups on the commonest path."""
+    head, tail = frame.head, frame.tail
+    start, end = len(head), len(tail)  # (a tail holds at least the string's closing quote)
+    first = refuse[0] if refuse else -1  # (no byte is -1)
 
     def direct(_rewriter: SseRewriter, data: bytes) -> list[bytes] | None:
-        if echo._unsent or echo._assembly is not None:
+        if data[:start] != head or data[-end:] != tail:
             return None
-        if mirrored:
-            body = frame.split(data)
-            if body is None:
-                return None
-        elif len(data) < fixed or not data.startswith(head) or not data.endswith(tail) or data.find(b"\n", start, len(data) - end) >= 0:
-            return None  # (several events: a line end inside, found without a copy)
-        else:
-            body = data[start : len(data) - end]
-        if 34 in body or 60 in body or 91 in body or 10 in body or 13 in body or (92 in body and body.find(b"\\u003") >= 0):
+        body = data[start:-end]  # empty: the event is no longer than the frame (or overlaps it)
+        # (A read of several events holds a line end in its body: `10 in body`.)
+        if not body or 34 in body or 60 in body or 91 in body or 10 in body or 13 in body or (92 in body and body.find(b"\\u003") >= 0):
             return None
-        if refuse is not None and body.startswith(refuse):
+        if body[0] == first and body.startswith(refuse):  # (a byte compared first: most bodies begin otherwise)
             return None
         return [data]
 
-    return direct
+    def mirrored(_rewriter: SseRewriter, data: bytes) -> list[bytes] | None:
+        body = frame.split(data)
+        if body is None or not plain_body(body) or (refuse is not None and body.startswith(refuse)):
+            return None
+        return [data]
+
+    lane = direct if frame.mid is None else mirrored
+    lane.waits_for = echo  # type: ignore[attr-defined]
+    return lane
 
 
 def string_spans(raw: bytes, keys: tuple[str, ...]) -> list[tuple[int, int]] | None:
@@ -255,12 +272,34 @@ class SseRewriter:
         # Set by a subclass while its state lets whole reads pass when `_nothing_to_read`.
         self._passes_whole_reads = False
         self.lanes = LANES
-        # Set by a subclass: the lane a read of one whole event takes from `feed` (it returns
-        # the events to send, or None: the event takes the framed path). A function called with
-        # the rewriter, never a bound method or a closure holding it: a rewriter in a cycle
-        # with itself is freed by the garbage collector only (its full collections, which cost
-        # the proxy as much as the lanes save).
-        self._direct: Direct | None = None
+        # Set by a subclass (`_direct`): the lane a read of one whole event takes from `feed` (it
+        # returns the events to send, or None: the event takes the framed path). A function
+        # called with the rewriter, never a bound method or a closure holding it: a rewriter in
+        # a cycle with itself is freed by the garbage collector only (its full collections,
+        # which cost the proxy as much as the lanes save).
+        self._direct_lane: Direct | None = None
+        # The lane `feed` takes first: `_direct` while nothing is framed, waiting or withheld
+        # (and the echo check is idle, for a lane that `waits_for` it); else None. Worked out
+        # again whenever any of these may have changed (`_open_gate`), so that the commonest
+        # read costs `feed` one lookup before the lane.
+        self._gate: Direct | None = None
+
+    @property
+    def _direct(self) -> Direct | None:
+        return self._direct_lane
+
+    @_direct.setter
+    def _direct(self, lane: Direct | None) -> None:
+        self._direct_lane = lane
+        self._open_gate()
+
+    def _open_gate(self) -> None:
+        lane = self._direct_lane
+        if lane is not None and (self._framer._buf or self._waiting or self._withheld):
+            lane = None
+        elif lane is not None and (echo := getattr(lane, "waits_for", None)) is not None and not echo.idle:
+            lane = None
+        self._gate = lane
 
     @property
     def changed(self) -> bool:
@@ -269,35 +308,44 @@ class SseRewriter:
 
     def feed(self, data: bytes) -> list[bytes]:
         """The bytes to send for a read (one piece: a read's events go out as one write)."""
-        whole_tried = False
-        if self._direct is not None and not self._framer._buf and not self._waiting and not self._withheld:
+        lane = self._gate
+        if lane is not None:
             # One event, as a model's pace has it (`_through_direct`, inline): a lane takes no
             # read of several (its string may hold no line end, nor a quote it does not decode).
+            # (A lane's events need no number: none wait or are held while a lane takes events.)
             try:
-                out = self._direct(self, data)
+                out = lane(self, data)
             except Exception as exc:  # as `_on_block_failing_open` fails
-                self._direct = None
                 self.failure = exc
+                self._direct = None
                 self._taken += 1
                 return [data]
             if out is not None:
-                self._taken += 1
                 return out
-            if 0 < _event_end(data, 0) < len(data):
-                # Several events back to back (a fast model, a busy proxy): the whole read as it
-                # came when nothing in it needs a look; else each blank line ends an event (LF
-                # line ends, no empty block), each in the lane while it takes them.
-                if self._whole_reads_pass():
-                    whole_tried = True
-                    whole = self._whole_read(data)
-                    if whole is not None:
-                        return whole
-                if self._direct is not None and data.find(b"\r") < 0 and data.find(b"\n\n\n") < 0:
-                    out, at = self._through_direct_events(data)
-                    if at:
-                        if at < len(data):
-                            out += self._framed(data[at:])
-                        return [b"".join(out)] if len(out) > 1 else out
+        try:
+            return self._feed_read(data, lane)
+        finally:
+            self._open_gate()
+
+    def _feed_read(self, data: bytes, lane: Direct | None) -> list[bytes]:
+        """A read the lane did not take (`feed`)."""
+        whole_tried = False
+        if lane is not None and 0 < _event_end(data, 0) < len(data):
+            # Several events back to back (a fast model, a busy proxy): the whole read as it
+            # came when nothing in it needs a look; else each blank line ends an event (LF
+            # line ends, no empty block), each in the lane while it takes them.
+            if self._whole_reads_pass():
+                whole_tried = True
+                whole = self._whole_read(data)
+                if whole is not None:
+                    return whole
+            self._open_gate()
+            if self._gate is not None and data.find(b"\r") < 0 and data.find(b"\n\n\n") < 0:
+                out, at = self._through_direct_events(data)
+                if at:
+                    if at < len(data):
+                        out += self._framed(data[at:])
+                    return [b"".join(out)] if len(out) > 1 else out
         out = self._framed(data, whole_tried)
         return [b"".join(out)] if len(out) > 1 else out
 
@@ -314,26 +362,26 @@ class SseRewriter:
                 echo = rewriter._echo
                 echo.took(raw)
                 echo.gave(out)
-                if echo.changed and getattr(rewriter._direct, "lane", None) is read:
+                if echo.changed and getattr(rewriter._direct_lane, "lane", None) is read:
                     rewriter._direct = read
+                elif getattr(rewriter._gate, "lane", None) is not read:
+                    rewriter._open_gate()  # (a lane the read set may wait for the echo check)
             return out
 
         checked.lane = read  # type: ignore[attr-defined]
         return checked
 
     def _through_direct(self, event: bytes) -> list[bytes] | None:
-        """A whole event through the lane (`_direct`): what to send, or None (it said no: the
+        """A whole event through the lane (`_gate`): what to send, or None (it said no: the
         framed path reads the event). No fields to carry (lanes take one-line events, or frames
         without fields), the echo check decided or idle (the lane's to check)."""
         try:
-            out = self._direct(self, event)
+            out = self._gate(self, event)
         except Exception as exc:  # as `_on_block_failing_open` fails
-            self._direct = None
             self.failure = exc
+            self._direct = None
             self._taken += 1
             return [event]
-        if out is not None:
-            self._taken += 1  # (numbers order carried fields; none wait while a lane takes events)
         return out
 
     def _through_direct_events(self, data: bytes) -> tuple[list[bytes], int]:
@@ -342,13 +390,16 @@ class SseRewriter:
         where the events not read yet begin."""
         out: list[bytes] = []
         at, size = 0, len(data)
-        while at < size and self._direct is not None and not self._waiting and not self._withheld:
+        while at < size and self._gate is not None:
             end = _event_end(data, at)
             if end < 0:
                 break
             event = data[at:end]
             sent = self._through_direct(event)
-            out += self._framed(event) if sent is None else sent
+            if sent is None:
+                sent = self._framed(event)
+                self._open_gate()
+            out += sent
             at = end
         return out, at
 
@@ -385,13 +436,15 @@ class SseRewriter:
         # After the last "\n\n", events ending in CR line ends ("\r\n\r\n", "\r\r") may be
         # complete: they must be framed and read, not left to the framer (fuzzing found a
         # `data: [DONE]\r\n\r\n` dropped that way), so such a read takes the framed path.
-        if end >= 2 and b"\r" not in data[end:] and self._nothing_to_read(data if end == len(data) else data[:end]):
-            if end == len(data):
-                if self._direct is None and self.lanes:
-                    self._passed_whole(data)
-                return [data]
-            self._framer.feed(data[end:])  # no event is complete in it
-            return [data[:end]]
+        if end >= 2 and data.find(b"\r", end) < 0:
+            whole = data if end == len(data) else data[:end]
+            if self._nothing_to_read(whole):
+                if whole is data:
+                    if self._direct is None and self.lanes:
+                        self._passed_whole(data)
+                    return [data]
+                self._framer.feed(data[end:])  # no event is complete in it
+                return [whole]
         if held:
             self._framer.feed(held)  # put back (no event is complete in it): framed with the read
         return None
