@@ -143,10 +143,15 @@ class KimiLexer(TokenLexer):
         self._seen_section = False
 
     def feed(self, text: str) -> list[Segment]:
-        if self._state == ARGS and self._args_sent and not self._buf and not self._ws and text and "<" not in text and not text[-1].isspace():
-            # The bulk of a tool-call stream: arguments with no `<` (which every marker starts
-            # with) and no whitespace to hold at the end go on as `_run` would pass them.
-            return [CallArgs(text)]
+        if "<" not in text and text and not self._buf and self._lead != HOLD:
+            # No marker can begin in it (each starts with `<`), none is held unread, and no
+            # whitespace at its end waits unread (`_text_end`): `_run` would `_take` it whole.
+            if self._state == ARGS and self._args_sent and not self._ws and not text[-1].isspace():
+                return [CallArgs(text)]  # the bulk of a tool-call stream, as `_args_text` passes it
+            out: list[Segment] = []
+            self._take(text, out)
+            self._report_idle()
+            return out
         return super().feed(text)
 
     def finish(self) -> list[Segment]:
