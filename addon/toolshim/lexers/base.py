@@ -15,14 +15,16 @@ from typing import Any, Protocol
 from ..calls import excerpt  # noqa: F401  (re-exported: the lexers quote markup in notes)
 
 
-@dataclass(slots=True, frozen=True)
+# Segments are made for nearly every piece of a stream, and never changed once made: plain
+# slots classes, as a frozen dataclass's `__init__` costs about twice as much.
+@dataclass(slots=True)
 class Text:
     """Visible text that stays in the channel it came from."""
 
     text: str
 
 
-@dataclass(slots=True, frozen=True)
+@dataclass(slots=True)
 class CallBegin:
     """A tool call starts; its id and name are final."""
 
@@ -30,24 +32,24 @@ class CallBegin:
     name: str
 
 
-@dataclass(slots=True, frozen=True)
+@dataclass(slots=True)
 class CallArgs:
     """A piece of the current call's arguments (raw JSON text, streamed as it arrives)."""
 
     text: str
 
 
-@dataclass(slots=True, frozen=True)
+@dataclass(slots=True)
 class CallEnd:
     """The current call is complete."""
 
 
-@dataclass(slots=True, frozen=True)
+@dataclass(slots=True)
 class ReasoningEnd:
     """A leaked `</think>` closed the reasoning: later text of this channel is content."""
 
 
-@dataclass(slots=True, frozen=True)
+@dataclass(slots=True)
 class ReasoningText:
     """Text of a content channel that is reasoning (`<think>…</think>` in content): it belongs
     in the reasoning field (Chat) or a reasoning item (Responses)."""
