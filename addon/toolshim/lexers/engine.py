@@ -560,38 +560,16 @@ class JsonCallsLexer(BlockLexer):
     def _reset_body(self) -> None:
         self._scanner = JsonScanner(stops="<")
         self._value_end = -1  # size at which the top-level value closed, -1 while it is open
-        self._unscanned: list[str] = []  # the value's text taken by `feed` and not yet scanned
-        self._unscanned_at = 0  # the block's size where it begins
 
     def feed(self, text: str) -> list[Segment]:
-        if self._state == JSON and self._body.close and "<" not in text and not self._tail and self._size + len(text) <= self._max_held:
-            # A held block's bulk: text with no `<` can neither end the block nor be cut by a
-            # tag, so it is taken whole now and scanned in one go once a `<` or the end comes
-            # (what JSON's step would make of it, a piece at a time).
-            if not self._unscanned:
-                self._unscanned_at = self._size
-            self._unscanned.append(text)
-            self._take(text, 0, len(text))
+        scanner = self._scanner
+        if self._state == JSON and scanner.in_string and not scanner.escape and not self._tail and '"' not in text and "\\" not in text and self._size + len(text) <= self._max_held:
+            # A held block's bulk, text that cannot end its string: taken whole, as by JSON's step.
+            self._raw.append(text)
+            self._size += len(text)
+            self.examined += len(text)
             return []
-        self._scan_unscanned()
         return super().feed(text)
-
-    def finish(self) -> list[Segment]:
-        self._scan_unscanned()
-        return super().finish()
-
-    def _scan_unscanned(self) -> None:
-        """JSON's step over the text `feed` took unscanned: where the value closed, if it did."""
-        if not self._unscanned:
-            return
-        text, pos = "".join(self._unscanned), 0
-        self._unscanned = []
-        while pos < len(text):  # (no `<` in it: the scan ends in CLOSED or MORE)
-            end, what = self._scanner.scan(text, pos, len(text))
-            self.examined += end - pos
-            if what is CLOSED and self._value_end < 0:
-                self._value_end = self._unscanned_at + end
-            pos = end
 
     def _value_closed(self, out: list[Segment], j: int) -> int:
         if not self._body.close:  # no closer: the block ends with its value
