@@ -145,7 +145,8 @@ def quiet_lane(frame: Frame, echo: EchoCheck, refuse: bytes | None = None) -> Di
         if data[:start] != head or data[-end:] != tail:
             return None
         body = data[start:-end]  # empty: the event is no longer than the frame (or overlaps it)
-        # (A read of several events holds a line end in its body: `10 in body`.)
+        # `plain_body`, inline (this is the commonest read); a read of several events holds a
+        # line end in its body: `10 in body`.
         if not body or 34 in body or 60 in body or 91 in body or 10 in body or 13 in body or (92 in body and body.find(b"\\u003") >= 0):
             return None
         if body[0] == first and body.startswith(refuse):  # (a byte compared first: most bodies begin otherwise)
