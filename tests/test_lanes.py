@@ -177,7 +177,7 @@ KIMI_TEXT = (
     '{"command": "grep -n \\"a<b\\" é\u3000x  y\\n"} <|tool_call_end|> <|tool_call_begin|> functions.bash:1 '
     '<|tool_call_argument_begin|> {"command": "ls  -la <x>"} <|tool_call_end|> <|tool_calls_section_end|> Done, it is there.'
 )
-PLAIN_TEXT = 'Plain prose, with "quotes", a [bracket] and a tab\tand more words. ' * 3
+PLAIN_TEXT = 'Plain prose, with "quotes", a [bracket], a tab\tand a "reasoning" aside, \\"escapes\\" and \\\\ too. ' * 3
 HERMES_TEXT = 'Checking.\n<tool_call>\n{"name": "bash", "arguments": {"command": "cat a<b \\u003c é"}}\n</tool_call>\nAnd now prose after it, plain.'
 # Prose and calls taking turns: the lanes hand over to each other (the text after a call closes,
 # the quiet lane taken up again once nothing is held).
@@ -361,3 +361,36 @@ def test_escaped_markup_is_found_as_a_search_finds_it(pieces):
 
     raw = b"".join(pieces)
     assert _escaped_markup(raw) is (raw.find(b"\\u003") >= 0)
+
+
+def test_quoted_prose_takes_the_quiet_lane(monkeypatch):
+    """A text whose JSON string holds escaped quotes (about one token in thirty of prose) leaves
+    the quiet frame whole: its events pass in the lane, unframed. Not one that holds
+    `"reasoning` while no reasoning field was seen (the full path looks for that name in the
+    raw bytes), nor an unescaped quote (a different JSON). Lanes on and off: the same bytes."""
+    read: list[bytes] = []
+
+    def framed(self, data, *args, original=ChatStreamRewriter._framed):
+        read.append(data)
+        return original(self, data, *args)
+
+    monkeypatch.setattr(ChatStreamRewriter, "_framed", framed)
+    model = "some-model"
+    context = RequestContext.from_body(json.dumps({"model": model, "stream": True}).encode())
+    pieces = ["Say", ' "hi"', " and", ' \\"', " then", ' "reasoning"', " \\\\", ' q"', " end"] * 4
+    events = [chat_chunk(model, {"role": "assistant", "content": ""}), *[chat_chunk(model, {"content": piece}) for piece in pieces]]
+    events.append(b"data: [DONE]\n\n")
+    rewrite(CHAT, context, events, True, monkeypatch)
+    framed_texts = [json.loads(event[6:])["choices"][0]["delta"].get("content") for event in read if event.startswith(b"data: {")]
+    # (the first events read in full teach the lane its frame)
+    assert framed_texts == ["", "Say", ' "hi"', *[' "reasoning"'] * 4], framed_texts
+    # An unescaped quote in the string's place is another JSON: read in full.
+    rewriter = REWRITERS[CHAT](copy.deepcopy(context))
+    for event in events[:20]:
+        rewriter.feed(event)
+    quiet = rewriter._quiet_frame
+    odd = quiet.head + b'x","content":"y' + quiet.tail
+    read.clear()
+    assert rewriter.feed(odd) == [odd] and read == [odd]
+    read.clear()
+    check(CHAT, context, b"".join(events), [events], monkeypatch)

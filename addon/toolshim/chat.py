@@ -553,10 +553,9 @@ class ChatStreamRewriter(SseRewriter):
         `_nothing_to_read` says of it: the frame passed it, and the text holds nothing it looks
         for), else None."""
         body = self._quiet_frame.split(raw)
-        if body is None or not plain_body(body):
+        # (`"reasoning` in the bytes: the full path takes it for the field's name)
+        if body is None or not plain_body(body, None if self._reasoning_field_known else b"reasoning"):
             return None
-        if not self._reasoning_field_known and body.startswith(b"reasoning"):
-            return None  # `"reasoning` in the bytes: the full path takes it for the field's name
         return raw
 
     def _quiet_markup(self, raw: bytes) -> list[bytes] | None:

@@ -123,13 +123,32 @@ class Frame:
 FRAME_MAX = 1 << 14
 
 
-def plain_body(body: bytes) -> bool:
+def plain_body(body: bytes, refuse: bytes | None = None) -> bool:
     """May the string body of an event of a frame learned from a plain text event pass without
     a look (what `markup_may_start` says of the whole event, the frame having passed)? Not with
-    a quote (the frame would not hold: the full path reads it), a line end (no longer one
-    event), a `<`, a `[` or a `\\u003.` escape (a marker may begin). (Membership of a byte as an
-    int is the cheapest search CPython has.)"""
-    return not (34 in body or 60 in body or 91 in body or 10 in body or 13 in body or (92 in body and body.find(b"\\u003") >= 0))
+    a line end (no longer one event), a `<`, a `[` or a `\\u003.` escape (a marker may begin),
+    nor with a quote that is not escaped (`quoted_body`). `refuse`: not when `"` + `refuse`
+    is in the event's bytes, nor when the body begins with it. (Membership of a byte as an int
+    is the cheapest search CPython has.)"""
+    if 60 in body or 91 in body or 10 in body or 13 in body or (92 in body and body.find(b"\\u003") >= 0):
+        return False
+    if 34 in body and not quoted_body(body, refuse):
+        return False
+    return refuse is None or not body.startswith(refuse)
+
+
+# A JSON string body: every quote escaped, no escape cut short at its end.
+_STRING_BODY = re.compile(rb'(?:[^"\\]++|\\.)*+', re.DOTALL)
+
+
+def quoted_body(body: bytes, refuse: bytes | None) -> bool:
+    """May a body holding a quote pass (`plain_body`)? Only when it is one JSON string body, so
+    that the event holds the frame's JSON (an unescaped quote could make any other). Then a key
+    the full path looks for in the raw bytes (`"tool_calls"`, `"finish_reason"`, `"content"`)
+    cannot be made with the frame's bytes either: its closing quote would be escaped in the
+    body, and what follows a string value in the tail is never `:`. Only a name's beginning
+    (`"` + `refuse`, the `"reasoning` the full path looks for) can be in the body itself."""
+    return _STRING_BODY.fullmatch(body) is not None and (refuse is None or body.find(b'"' + refuse) < 0)
 
 
 def quiet_lane(frame: Frame, echo: EchoCheck, refuse: bytes | None = None) -> Direct:
@@ -147,7 +166,9 @@ def quiet_lane(frame: Frame, echo: EchoCheck, refuse: bytes | None = None) -> Di
         body = data[start:-end]  # empty: the event is no longer than the frame (or overlaps it)
         # `plain_body`, inline (this is the commonest read); a read of several events holds a
         # line end in its body: `10 in body`.
-        if not body or 34 in body or 60 in body or 91 in body or 10 in body or 13 in body or (92 in body and body.find(b"\\u003") >= 0):
+        if not body or 60 in body or 91 in body or 10 in body or 13 in body or (92 in body and body.find(b"\\u003") >= 0):
+            return None
+        if 34 in body and not quoted_body(body, refuse):  # (about one token in thirty of prose)
             return None
         if body[0] == first and body.startswith(refuse):  # (a byte compared first: most bodies begin otherwise)
             return None
@@ -155,7 +176,7 @@ def quiet_lane(frame: Frame, echo: EchoCheck, refuse: bytes | None = None) -> Di
 
     def mirrored(_rewriter: SseRewriter, data: bytes) -> list[bytes] | None:
         body = frame.split(data)
-        if body is None or not plain_body(body) or (refuse is not None and body.startswith(refuse)):
+        if body is None or not plain_body(body, refuse):
             return None
         return [data]
 
