@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 
 import orjson
 import pytest
@@ -357,3 +358,114 @@ def test_a_stream_is_accumulated_as_the_sdks_do_it():
     [turn] = turns_given(MESSAGES, body)
     assert turn.reasoning == {"blocks": [{"type": "thinking", "thinking": "Two files.", "signature": "sig"}]}
     assert turn.calls == [("toolu_1", "ls", {"a": 1})]
+
+
+# -- remembering from the bytes of steady deltas (memory.SteadyDeltas) ----------------------------
+
+PIECE = st.text(alphabet=st.sampled_from(['a', ' ', '"', '\\', 'é', '\x01', '\n', '<', '}', ',', ':']), max_size=5)
+
+
+@st.composite
+def chat_streams(draw):
+    """Chat streams of token deltas in the shapes SteadyDeltas reads from bytes (one field,
+    mirrored fields, a call's arguments) and some it must not (two fields that differ, call ids,
+    two choices, no index), with events whose string was replaced by raw bytes (a quote
+    unescaped, a cut escape: another JSON, or none)."""
+    lines = []
+    for _ in range(draw(st.integers(1, 40))):
+        kind = draw(st.sampled_from(["content", "reasoning_content", "mirrored", "two", "args", "call", "choices", "raw"]))
+        piece = draw(PIECE)
+        if kind in ("content", "reasoning_content"):
+            delta = {kind: piece}
+        elif kind == "mirrored":
+            delta = {"reasoning": piece, "reasoning_content": piece}
+        elif kind == "two":
+            delta = {"content": piece, "reasoning_content": piece + "x"}
+        elif kind in ("args", "call"):
+            entry = {"index": draw(st.integers(0, 1)), "function": {"arguments": piece}}
+            if kind == "call":
+                entry |= {"id": "call_" + piece, "type": "function"}
+                entry["function"]["name"] = "bash"
+            delta = {"tool_calls": [entry]}
+        if kind == "choices":
+            data = {"id": "c", "choices": [{"index": 0, "delta": {"content": piece}}, {"index": 1, "delta": {"content": piece}}]}
+        elif kind == "raw":
+            lines.append(b'data: {"id":"c","choices":[{"index":0,"delta":{"content":"' + draw(st.sampled_from([b'a"b', b'a\\', b'a","content":"b', b'\\u00'])) + b'"},"finish_reason":null}]}')
+            continue
+        else:
+            data = {"id": "c", "choices": [{"index": draw(st.sampled_from([0, 0, 0, 1])), "delta": delta, "finish_reason": None}]}
+        lines.append(b"data: " + orjson.dumps(data))
+    return b"\n\n".join([*lines, b"data: [DONE]"]) + b"\n\n"
+
+
+@st.composite
+def messages_streams(draw):
+    events = []
+    for _ in range(draw(st.integers(1, 40))):
+        index = draw(st.integers(0, 1))
+        kind = draw(st.sampled_from(["text", "thinking", "start", "raw", "json"]))
+        piece = draw(PIECE)
+        if kind == "start":
+            data = {"type": "content_block_start", "index": index, "content_block": {"type": draw(st.sampled_from(["text", "thinking"])), "text": ""}}
+        elif kind == "json":
+            data = {"type": "content_block_delta", "index": index, "delta": {"type": "input_json_delta", "partial_json": piece}}
+        elif kind == "raw":
+            events.append(b'data: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"' + draw(st.sampled_from([b'a"b', b'a\\', b'a","text":"b'])) + b'"}}')
+            continue
+        else:
+            data = {"type": "content_block_delta", "index": index, "delta": {"type": f"{kind}_delta", kind: piece}}
+        events.append(b"event: x\ndata: " + orjson.dumps(data))
+    return b"\n\n".join(events) + b"\n\n"
+
+
+DELTA = re.compile(rb'_delta"|"delta":\s*\{"')
+
+
+def both_ways(api: str, body: bytes, monkeypatch) -> list:
+    from toolshim import memory
+
+    monkeypatch.setattr(memory, "STEADY", False)
+    full = turns_given(api, body)
+    monkeypatch.setattr(memory, "STEADY", True)
+    steady = turns_given(api, body)
+    assert steady == full
+    return steady
+
+
+@given(chat_streams())
+def test_chat_turns_read_from_steady_bytes_are_the_turns_read_in_full(body):
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        both_ways(CHAT, body, monkeypatch)
+
+
+@given(messages_streams())
+def test_messages_turns_read_from_steady_bytes_are_the_turns_read_in_full(body):
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        both_ways(MESSAGES, body, monkeypatch)
+
+
+def test_what_the_rewriters_send_is_remembered_the_same_from_steady_bytes(monkeypatch):
+    """The lanes' streams (calls in content and in mirrored reasoning, prose and calls in turn,
+    Responses, Messages) as the client gets them: the same turns read either way, and most
+    events are not parsed."""
+    from test_lanes import lane_streams, rewrite
+    from toolshim import memory
+
+    parsed = {"lines": 0}
+    loads = orjson.loads
+
+    def counting(data, *args):
+        parsed["lines"] += isinstance(data, bytes) and DELTA.search(data) is not None  # (a delta read in full)
+        return loads(data, *args)
+
+    for name, api, context, body in lane_streams():
+        sent, _ = rewrite(api, context, [body], True, monkeypatch)
+        turns = both_ways(api, sent, monkeypatch)
+        assert turns and (turns[0].calls or turns[0].text), name
+        if api != RESPONSES:
+            monkeypatch.setattr(memory.orjson, "loads", counting)
+            parsed["lines"] = 0
+            turns_given(api, sent)
+            monkeypatch.setattr(memory.orjson, "loads", loads)
+            deltas = sum(DELTA.search(line) is not None for line in sent.split(b"\n\n"))
+            assert parsed["lines"] > 0 and parsed["lines"] < deltas / 2, (name, parsed, deltas)

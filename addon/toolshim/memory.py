@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import re
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
@@ -31,6 +32,7 @@ from typing import Any
 import orjson
 
 from .apis import MESSAGES, RESPONSES
+from .stream import Frame, string_spans
 
 CHAT_REASONING_FIELDS = ("reasoning_content", "reasoning", "reasoning_details")
 _CREDENTIAL_HEADERS = ("authorization", "x-api-key", "api-key", "x-goog-api-key")
@@ -166,25 +168,82 @@ def turns_given(api: str, body: bytes) -> list[GivenTurn]:
         if api == MESSAGES:
             return [_messages_turn(parsed.get("content"))]
         return [_chat_message_turn(choice.get("message")) for choice in _dicts(parsed.get("choices"))]
-    events = _sse_data(body)
     if api == RESPONSES:
-        return _responses_turns(_responses_stream_output(events))
+        return _responses_turns(_responses_stream_output(_sse_data(body, _RESPONSES_OUTPUT)))
     if api == MESSAGES:
-        return [_messages_turn(_messages_stream_content(events))]
-    return _chat_stream_turns(events)
+        return [_messages_turn(_messages_stream_content(body))]
+    return _chat_stream_turns(body)
 
 
 def _dicts(value: Any) -> list[dict]:
     return [item for item in value if isinstance(item, dict)] if isinstance(value, list) else []
 
 
-def _sse_data(body: bytes) -> Iterable[Any]:
+def _data_lines(body: bytes) -> Iterable[bytes]:
     for line in body.splitlines():
         if line.startswith(b"data:") and not line[5:].lstrip().startswith(b"[DONE]"):
+            yield line
+
+
+def _sse_data(body: bytes, wanted: re.Pattern[bytes] | None = None) -> Iterable[Any]:
+    """The JSON of each data line; with `wanted`, only of the lines it finds something in."""
+    for line in _data_lines(body):
+        if wanted is None or wanted.search(line):
             try:
                 yield orjson.loads(line[5:])
             except orjson.JSONDecodeError:
                 continue
+
+
+# The events `_responses_stream_output` reads, by their type's bytes; a line with an escape may
+# spell the type otherwise, so it is read too.
+_RESPONSES_OUTPUT = re.compile(rb'"response\.(?:completed|incomplete|output_item\.done)"|\\')
+
+
+class SteadyDeltas:
+    """Delta events that only add a piece of text (to one field, or the same piece to two
+    mirrored ones), read from their bytes: what stream.py's lanes do for the rewrite. A `Frame`
+    is learned from an event read in full whose JSON equals, but for that string, what the
+    frame's bytes parse to (checked once, on a probe); an event of the frame then adds its
+    string, decoded by itself, to the lists the learned one added to. A stream of tokens
+    parses a few events in full, not every one: remembering a Kimi stream of 200 events (bench/
+    e2e.py's) took 2.8 us an event read in full, 1.7 so."""
+
+    __slots__ = ("_frames",)
+
+    def __init__(self) -> None:
+        self._frames: list[tuple[Frame, tuple[list[str], ...]]] = []  # the newest first
+
+    def take(self, line: bytes) -> bool:
+        """Was `line` an event of a learned frame (its piece added)?"""
+        for frame, targets in self._frames:
+            body = frame.split(line)
+            if body is not None:
+                try:
+                    text = orjson.loads(b'"' + body + b'"')
+                except orjson.JSONDecodeError:
+                    return False  # not one string: read in full
+                for target in targets:
+                    target.append(text)
+                return True
+        return False
+
+    def learn(self, line: bytes, keys: tuple[str, ...], expected: dict[str, Any], targets: tuple[list[str], ...]) -> None:
+        """`line` was read in full, its string of `keys` added to `targets`; `expected` is its
+        JSON with that string `"\x01"`."""
+        spans = string_spans(line, keys)
+        frame = Frame.around(line, spans) if spans is not None else None
+        if frame is None:
+            return
+        try:
+            probe = orjson.loads(frame.probe(b"\\u0001")[5:])
+        except orjson.JSONDecodeError:
+            return
+        if probe == expected:
+            self._frames = [(frame, targets), *self._frames[:3]]
+
+    def forget(self) -> None:
+        self._frames = []
 
 
 def _chat_message_turn(message: Any) -> GivenTurn:
@@ -199,14 +258,23 @@ def _chat_message_turn(message: Any) -> GivenTurn:
     return turn
 
 
-def _chat_stream_turns(events: Iterable[Any]) -> list[GivenTurn]:
+def _chat_stream_turns(body: bytes) -> list[GivenTurn]:
     """Accumulate each choice of a Chat stream the way the SDKs do. Texts are kept as pieces and
     joined once at the end: adding each delta to a growing string copies the string every time,
     which is quadratic in a long reasoning (1 MB took seconds, on the proxy's event loop)."""
     choices: dict[Any, dict[str, Any]] = {}
-    for chunk in events:
+    steady = SteadyDeltas() if STEADY else None
+    for line in body.splitlines():
+        if not line.startswith(b"data:") or (steady is not None and steady.take(line)):
+            continue
+        try:
+            chunk = orjson.loads(line[5:])
+        except orjson.JSONDecodeError:
+            continue  # (`[DONE]` too)
         if not isinstance(chunk, dict):
             continue
+        if steady is not None:
+            _learn_chat(steady, line, chunk, choices)
         for choice in _dicts(chunk.get("choices")):
             delta = choice.get("delta")
             if not isinstance(delta, dict):
@@ -235,6 +303,40 @@ def _chat_stream_turns(events: Iterable[Any]) -> list[GivenTurn]:
 
 
 _CHAT_TEXTS = ("reasoning_content", "reasoning", "content")
+# Off: every event is read in full (tests compare both).
+STEADY = True
+
+
+def _learn_chat(steady: SteadyDeltas, line: bytes, chunk: dict[str, Any], choices: dict[Any, dict[str, Any]]) -> None:
+    """Before `chunk` is accumulated: when it only adds one piece of text (one field, or two
+    mirrored ones: `_CHAT_TEXTS`) or of one call's arguments, `steady` learns its frame, with
+    the lists that piece goes to (made here as the accumulation would make them)."""
+    choice_list = chunk.get("choices")
+    if not isinstance(choice_list, list) or len(choice_list) != 1 or not isinstance(choice := choice_list[0], dict):
+        return
+    delta = choice.get("delta")
+    if not isinstance(delta, dict) or delta.get("reasoning_details") is not None:
+        return
+    texts = tuple(name for name in _CHAT_TEXTS if isinstance(delta.get(name), str))
+    calls = _dicts(delta.get("tool_calls"))
+    index = choice.get("index", 0)
+    acc = choices.get(index)
+    if acc is None:
+        acc = choices[index] = {"calls": {}, "details": [], **{name: [] for name in _CHAT_TEXTS}}
+    if texts and not calls and len(texts) <= 2 and len({delta[name] for name in texts}) == 1:
+        expected = {**chunk, "choices": [{**choice, "delta": {**delta, **dict.fromkeys(texts, "\x01")}}]}
+        steady.learn(line, texts, expected, tuple(acc[name] for name in texts))
+    elif not texts and len(calls) == 1 and isinstance(delta["tool_calls"], list) and len(delta["tool_calls"]) == 1:
+        entry = calls[0]
+        function = entry.get("function")
+        if "index" not in entry or isinstance(entry.get("id"), str) or not isinstance(function, dict):
+            return
+        if isinstance(function.get("name"), str) or not isinstance(function.get("arguments"), str):
+            return
+        call = acc["calls"].setdefault(entry["index"], ([], [], []))
+        expected_entry = {**entry, "function": {**function, "arguments": "\x01"}}
+        expected = {**chunk, "choices": [{**choice, "delta": {**delta, "tool_calls": [expected_entry]}}]}
+        steady.learn(line, ("arguments",), expected, (call[2],))
 
 
 def _merge_details(details: list[dict], pieces: list[Any]) -> None:
@@ -296,22 +398,33 @@ def _responses_turns(output: Any) -> list[GivenTurn]:
     return [turn]
 
 
-def _messages_stream_content(events: Iterable[Any]) -> list[dict[str, Any]]:
+def _messages_stream_content(body: bytes) -> list[dict[str, Any]]:
     """The content blocks of an Anthropic stream, accumulated as the SDKs do."""
     blocks: dict[Any, dict[str, Any]] = {}
     pieces: dict[Any, dict[str, list[str]]] = {}  # the deltas' texts of each block
-    for event in events:
+    steady = SteadyDeltas() if STEADY else None
+    for line in body.splitlines():
+        if not line.startswith(b"data:") or (steady is not None and steady.take(line)):
+            continue
+        try:
+            event = orjson.loads(line[5:])
+        except orjson.JSONDecodeError:
+            continue  # (`[DONE]` too)
         if not isinstance(event, dict):
             continue
         kind, index = event.get("type"), event.get("index")
         if kind == "content_block_start" and isinstance(event.get("content_block"), dict):
             blocks[index] = dict(event["content_block"])
             pieces.pop(index, None)
+            if steady is not None:
+                steady.forget()  # (a learned frame may add to the lists just dropped)
         elif kind == "content_block_delta" and index in blocks and isinstance(event.get("delta"), dict):
             delta, texts = event["delta"], pieces.setdefault(index, {})
-            for name in ("text", "thinking", "signature", "partial_json"):
-                if isinstance(delta.get(name), str):
-                    texts.setdefault(name, []).append(delta[name])
+            names = [name for name in _MESSAGES_TEXTS if isinstance(delta.get(name), str)]
+            for name in names:
+                texts.setdefault(name, []).append(delta[name])
+            if steady is not None and len(names) == 1:
+                steady.learn(line, (names[0],), {**event, "delta": {**delta, names[0]: "\x01"}}, (texts[names[0]],))
     content = []
     for index, block in blocks.items():
         for name, texts in pieces.get(index, {}).items():  # joined once (see `_chat_stream_turns`)
@@ -323,6 +436,9 @@ def _messages_stream_content(events: Iterable[Any]) -> list[dict[str, Any]]:
                 continue  # not what the client could read
         content.append(block)
     return content
+
+
+_MESSAGES_TEXTS = ("text", "thinking", "signature", "partial_json")
 
 
 def _messages_turn(content: Any) -> GivenTurn:
