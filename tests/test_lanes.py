@@ -394,3 +394,26 @@ def test_quoted_prose_takes_the_quiet_lane(monkeypatch):
     assert rewriter.feed(odd) == [odd] and read == [odd]
     read.clear()
     check(CHAT, context, b"".join(events), [events], monkeypatch)
+
+
+def test_an_empty_block_in_a_read_of_several_events(monkeypatch):
+    """A blank line more between events (`\\n\\n\\n`: an empty block) inside reads of several
+    events, while the lanes take them: the event after it begins with a line end, which no lane
+    takes (the framer reads it). Lanes on and off: the same bytes, and the lanes were taken."""
+    taken = {"events": 0}
+
+    def counting(self, raw, original=ChatStreamRewriter._args_read):
+        out = original(self, raw)
+        taken["events"] += out is not None
+        return out
+
+    monkeypatch.setattr(ChatStreamRewriter, "_args_read", counting)
+    for name, api, context, body in lane_streams():
+        if api != CHAT or not name.startswith("kimi"):
+            continue
+        events = by_event(body)
+        events = [event + b"\n" if i % 5 == 3 else event for i, event in enumerate(events)]
+        reads = [b"".join(events[at : at + 8]) for at in range(0, len(events), 8)]
+        taken["events"] = 0
+        check(api, context, b"".join(events), [reads], monkeypatch)
+        assert taken["events"] > len(events) / 4, (name, taken)

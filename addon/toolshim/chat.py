@@ -703,9 +703,11 @@ class ChatStreamRewriter(SseRewriter):
             if raw[end : end + len(mid)] != mid or raw[end + len(mid) : end + len(mid) + (extra >> 1)] != raw[start:end]:
                 return None
         body = raw[start - 1 : end + 1]  # the string with its quotes: one JSON string or an error
+        if 10 in body:
+            return None  # several events (a JSON string holds no line end): not one string, told cheaply
         try:
             text = _loads(body)
-        except orjson.JSONDecodeError:
+        except orjson.JSONDecodeError:  # (an error costs its message: a decoded copy, its line counted)
             return None  # not one string (a quote, bytes that are no UTF-8): the full path
         if not self._reasoning_field_known and "reasoning" in text and raw.find(b'"reasoning', start - 1, end) >= 0:
             # (The frame's own bytes were read in full: only the string can name the field, as

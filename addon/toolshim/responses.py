@@ -1073,7 +1073,7 @@ def quiet_reader(frame: NumberedFrame, bodies: bytearray, core: ResponsesRewrite
         if unusual(body) is not None:
             # What `markup_may_start` looks for: a `<`, a `[`, a `\u003.` escape; then the body
             # must be one JSON string (a quote, a line end, a bad escape fail the decoding).
-            if 60 in body or 91 in body or (92 in body and body.find(b"\\u003") >= 0):
+            if 60 in body or 91 in body or 10 in body or (92 in body and body.find(b"\\u003") >= 0):
                 return None
             try:
                 loads(raw[start - 1 : end + 1])
@@ -1154,6 +1154,8 @@ def held_reader(lane: TextLane, core: ResponsesRewriter) -> Direct:
         # leading zero)
         if at < 0 or not digits.isdigit() or (digits[0] == 48 and len(digits) > 1) or (lane.text is None and leaf.idle):
             return None
+        if raw.find(b"\n", start, end) >= 0:
+            return None  # several events: no one string (told without the decoder's costly error)
         try:
             text = loads(raw[start - 1 : end + 1])
         except orjson.JSONDecodeError:
