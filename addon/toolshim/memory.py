@@ -195,6 +195,18 @@ def _sse_data(body: bytes, wanted: re.Pattern[bytes] | None = None) -> Iterable[
                 continue
 
 
+def _unsteady_events(body: bytes, steady: SteadyDeltas | None) -> Iterable[tuple[bytes, Any]]:
+    """Each data line that `steady` did not take, with its JSON (lines that are none, `[DONE]`
+    among them, are skipped). Lazy: what the caller learns from one line serves the next."""
+    for line in body.splitlines():
+        if not line.startswith(b"data:") or (steady is not None and steady.take(line)):
+            continue
+        try:
+            yield line, orjson.loads(line[5:])
+        except orjson.JSONDecodeError:
+            continue
+
+
 # The events `_responses_stream_output` reads, by their type's bytes; a line with an escape may
 # spell the type otherwise, so it is read too.
 _RESPONSES_OUTPUT = re.compile(rb'"response\.(?:completed|incomplete|output_item\.done)"|\\')
@@ -264,13 +276,7 @@ def _chat_stream_turns(body: bytes) -> list[GivenTurn]:
     which is quadratic in a long reasoning (1 MB took seconds, on the proxy's event loop)."""
     choices: dict[Any, dict[str, Any]] = {}
     steady = SteadyDeltas() if STEADY else None
-    for line in body.splitlines():
-        if not line.startswith(b"data:") or (steady is not None and steady.take(line)):
-            continue
-        try:
-            chunk = orjson.loads(line[5:])
-        except orjson.JSONDecodeError:
-            continue  # (`[DONE]` too)
+    for line, chunk in _unsteady_events(body, steady):
         if not isinstance(chunk, dict):
             continue
         if steady is not None:
@@ -403,13 +409,7 @@ def _messages_stream_content(body: bytes) -> list[dict[str, Any]]:
     blocks: dict[Any, dict[str, Any]] = {}
     pieces: dict[Any, dict[str, list[str]]] = {}  # the deltas' texts of each block
     steady = SteadyDeltas() if STEADY else None
-    for line in body.splitlines():
-        if not line.startswith(b"data:") or (steady is not None and steady.take(line)):
-            continue
-        try:
-            event = orjson.loads(line[5:])
-        except orjson.JSONDecodeError:
-            continue  # (`[DONE]` too)
+    for line, event in _unsteady_events(body, steady):
         if not isinstance(event, dict):
             continue
         kind, index = event.get("type"), event.get("index")
