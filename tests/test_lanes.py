@@ -417,3 +417,32 @@ def test_an_empty_block_in_a_read_of_several_events(monkeypatch):
         taken["events"] = 0
         check(api, context, b"".join(events), [reads], monkeypatch)
         assert taken["events"] > len(events) / 4, (name, taken)
+
+
+@pytest.mark.parametrize("burst", [False, True])
+def test_a_lane_that_raises_fails_open(burst, monkeypatch):
+    """A lane that raises on an event (a bug of ours): that event goes as it came, the failure is
+    kept, and the rest of the stream passes unchanged, whether the event came alone or in a read
+    of several."""
+    [(name, api, context, body)] = [s for s in lane_streams() if s[0] == "kimi in content"]
+    events = by_event(body)
+    rewriter = REWRITERS[api](copy.deepcopy(context))
+    out: list[bytes] = []
+    for event in events[:40]:
+        out += rewriter.feed(event)
+    assert rewriter._gate is not None, "the stream is in a lane by then"
+
+    def raising(_rewriter, data):
+        if data.count(b"\n\n") > 1:
+            return None  # a lane takes no read of several: `feed` cuts it into events
+        raise RuntimeError("lane bug")
+
+    rewriter._direct = raising
+    rest = events[40:]
+    reads = [b"".join(rest[at : at + 8]) for at in range(0, len(rest), 8)] if burst else rest
+    sent: list[bytes] = []
+    for read in reads:
+        sent += rewriter.feed(read)
+    sent += rewriter.close()
+    assert isinstance(rewriter.failure, RuntimeError)
+    assert b"".join(sent) == b"".join(rest)

@@ -337,17 +337,22 @@ class SseRewriter:
             # (A lane's events need no number: none wait or are held while a lane takes events.)
             try:
                 out = lane(self, data)
-            except Exception as exc:  # as `_on_block_failing_open` fails
-                self.failure = exc
-                self._direct = None
-                self._taken += 1
-                return [data]
+            except Exception as exc:
+                return self._lane_failed(exc, data)
             if out is not None:
                 return out
         try:
             return self._feed_read(data, lane)
         finally:
             self._open_gate()
+
+    def _lane_failed(self, exc: Exception, event: bytes) -> list[bytes]:
+        """A lane raised on one whole event: as `_on_block_failing_open` fails, the event goes as
+        it came and the stream passes unchanged from now on."""
+        self.failure = exc
+        self._direct = None
+        self._taken += 1
+        return [event]
 
     def _feed_read(self, data: bytes, lane: Direct | None) -> list[bytes]:
         """A read the lane did not take (`feed`)."""
@@ -412,11 +417,8 @@ class SseRewriter:
             event = piece + b"\n\n"
             try:
                 sent = lane(self, event)
-            except Exception as exc:  # as `_on_block_failing_open` fails
-                self.failure = exc
-                self._direct = None
-                self._taken += 1
-                sent = [event]
+            except Exception as exc:
+                sent = self._lane_failed(exc, event)
             if sent is None:
                 sent = self._framed(event)
                 self._open_gate()
