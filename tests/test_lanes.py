@@ -446,3 +446,75 @@ def test_a_lane_that_raises_fails_open(burst, monkeypatch):
     sent += rewriter.close()
     assert isinstance(rewriter.failure, RuntimeError)
     assert b"".join(sent) == b"".join(rest)
+
+
+# -- Messages: a block's lexer made when a delta needs one -----------------------------------------
+
+
+def messages_context(model: str) -> RequestContext:
+    return RequestContext.from_request({"model": model, "tools": [{"name": "bash", "input_schema": BASH_CHAT["function"]["parameters"]}]})
+
+
+def test_a_plain_messages_block_makes_no_lexer(monkeypatch):
+    """With the lanes on, a text or thinking block whose deltas hold no markup never makes its
+    lexer (an unknown model's is a chain of every dialect); with them off, each block makes one.
+    The bytes are the same (`check`)."""
+    from anthropic_stream import block_events, stream
+
+    from toolshim.lexers import ScopeLexers
+
+    made = {"lexers": 0}
+    original = ScopeLexers.new_lexer
+
+    def counting(self, **options):
+        made["lexers"] += 1
+        return original(self, **options)
+
+    monkeypatch.setattr(ScopeLexers, "new_lexer", counting)
+    prose = 'Plain prose, with "quotes", a tab\tand \\"escapes\\" too, no bracket. ' * 3
+    body = stream("some-model", block_events(0, "thinking", pieces_of("Thinking it over, plainly.", 4)), block_events(1, "text", pieces_of(prose, 5)))
+    context = messages_context("some-model")
+    for lanes, lexers in ((True, 0), (False, 2)):
+        for pieces in (by_event(body), [body]):
+            made["lexers"] = 0
+            rewrite(MESSAGES, context, pieces, lanes, monkeypatch)
+            assert made["lexers"] == lexers, (lanes, len(pieces))
+    check(MESSAGES, context, body, event_cuts(body, 4), monkeypatch)
+
+
+@pytest.mark.parametrize(
+    "pieces",
+    [
+        ["  ", "\n", "<think>", "a thought", "</think>", "The answer."],  # whitespace first: the start is still open
+        ["Hello", " <think>", "not a thought", "</think>", " after."],  # text first: no reasoning block can open
+        ["Hello", " there", " [TOOL_CALLS]", '[{"name": "bash", "arguments": {"command": "ls"}}]'],
+        ["Hi", " first.", " <tool_call>", '\n{"name": "bash", "arguments": {"command": "pwd"}}\n', "</tool_call>", " end"],
+    ],
+)
+def test_a_messages_block_made_late_reads_as_one_made_at_its_start(pieces, monkeypatch):
+    """Text that went as it came with no lexer made, then markup: the lexer made then reads the
+    rest as one made at the block's start would (the lanes off), in every cut and in bursts."""
+    from anthropic_stream import block_events, stream
+
+    model = "Qwen/Qwen3-32B"  # (a `<think>` family, and `<tool_call>`)
+    for text_pieces in (pieces, [piece for text in pieces for piece in pieces_of(text, 6)]):
+        body = stream(model, block_events(0, "text", text_pieces))
+        check(MESSAGES, messages_context(model), body, event_cuts(body, 5), monkeypatch)
+
+
+def test_a_read_of_deltas_of_two_blocks_is_read_when_one_holds_markup(monkeypatch):
+    """Two text blocks open at once (upstream interleaves them): block 0 quiet, block 1 inside a
+    `<tool_call>`. A read of deltas of both passes unread only if every one is of a quiet block:
+    the held call's deltas must reach its lexer (`_nothing_to_read`)."""
+    from anthropic_stream import block_events, message_end, message_start, sse
+
+    model = "Qwen/Qwen2.5-72B-Instruct"
+    first = block_events(0, "text", pieces_of("Plain words, nothing held, on and on.", 7))
+    second = block_events(1, "text", ["Now ", "<tool_call>", *pieces_of('\n{"name": "bash", "arguments": {"command": "ls -la"}}\n', 8), "</tool_call>", " done"])
+    starts, deltas = [first[0], second[0]], []
+    for a, b in zip(first[1:-1], second[1:-1]):
+        deltas += [a, b]
+    events = [message_start(model), *starts, *deltas, *first[len(second) - 1 : -1], *second[len(first) - 1 : -1], first[-1], second[-1], *message_end()]
+    body = sse(events)
+    reference = check(MESSAGES, messages_context(model), body, event_cuts(body, 6), monkeypatch)
+    assert b'"type":"tool_use"' in reference and b"<tool_call>" not in reference

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 import orjson
@@ -82,13 +83,15 @@ class SourceBlock:
     index: int  # upstream's
     kind: str
     start: Outgoing
-    lexer: Lexer
+    # None: not made yet (`MessagesRewriter.defer_lexers`): every delta so far went as it came.
+    lexer: Lexer | None
     current: OutBlock | None = None  # the block our output is going to (None: none open)
     used_start: bool = False  # upstream's own start was sent for one of our blocks
     as_content: bool = False  # a leaked `</think>` ended the thinking: the rest is text
     open_call: OutBlock | None = None
     pending_signature: Outgoing | None = None
     produced: bool = False  # its lexer gave text or a call (else at its end it goes as it came)
+    text_passed: bool = False  # text that decides the start went as it came, with no lexer made
 
 
 @dataclass(slots=True)
@@ -133,6 +136,9 @@ class MessagesRewriter:
         # what the last text delta's lexer gave (a lane may follow it).
         self.lexed: list[Segment] | None = None
         self.last_segments: list[Segment] | None = None
+        # A stream's lanes on: a block's lexer is made when a delta needs one, not at its start.
+        # Most blocks never hold markup, and an unknown model's chain is a dozen lexers or more.
+        self.defer_lexers = False
 
     # -- events ----------------------------------------------------------------------------------
 
@@ -187,13 +193,13 @@ class MessagesRewriter:
         block, index = event["content_block"], event.get("index")
         kind = block.get("type")
         if kind in (TEXT, THINKING):
-            # Upstream splits reasoning itself when it sends thinking blocks: no pre-opened <think>.
-            lexer = self._dialects.new_lexer(reasoning=kind == THINKING, preopened=False)
-            source = SourceBlock(index, kind, incoming, lexer)
+            source = SourceBlock(index, kind, incoming, None)
             self._sources[index] = source
             seed = block.get(kind)
             if isinstance(seed, str) and seed:  # text given at the start: read like a first delta
-                self._place(source, lexer.feed(seed), out, None)
+                self._place(source, self._lexer_of(source).feed(seed), out, None)
+            elif not self.defer_lexers or self._dialects.bare_json:  # (bare JSON: the start is read)
+                self._lexer_of(source)
             return
         if kind == TOOL_USE:
             self._start_native(incoming, out)
@@ -215,10 +221,23 @@ class MessagesRewriter:
             out.append(self._renumbered(incoming, target.index))
             return
         segments, self.lexed = self.lexed, None
+        if segments is None and source.lexer is None and "<" not in text and "[" not in text and not text.isspace():
+            # No marker can begin in it, and it decides that no `<think>` opens the text (not
+            # whitespace alone): what a new lexer gives, and the lexer is left as it began.
+            source.text_passed = True
+            self._place(source, [Text(text)], out, incoming)
+            return
         if segments is None:
-            segments = source.lexer.feed(text)
+            segments = self._lexer_of(source).feed(text)
         self.last_segments = segments
         self._place(source, segments, out, incoming)
+
+    def _lexer_of(self, source: SourceBlock) -> Lexer:
+        """The block's lexer, made now if it was not (upstream splits reasoning itself when it
+        sends thinking blocks: no pre-opened `<think>`)."""
+        if source.lexer is None:
+            source.lexer = self._dialects.new_lexer(reasoning=source.kind == THINKING, preopened=False, started=source.text_passed)
+        return source.lexer
 
     def _on_signature(self, source: SourceBlock, incoming: Outgoing, out: list[Outgoing]) -> None:
         """A signature signs the thinking as upstream wrote it: it goes to the thinking block
@@ -234,7 +253,8 @@ class MessagesRewriter:
             self.stats.notes.append(f"signature of thinking block {source.index} dropped: a call cut the thinking")
 
     def _on_text_stop(self, source: SourceBlock, incoming: Outgoing, out: list[Outgoing]) -> None:
-        self._place(source, source.lexer.finish(), out, None)
+        if source.lexer is not None:
+            self._place(source, source.lexer.finish(), out, None)
         if source.open_call is not None:  # a call cut off with its block
             out.append(Outgoing({"type": "content_block_stop", "index": source.open_call.index}))
             source.open_call = None
@@ -712,6 +732,10 @@ class MessagesStreamRewriter(SseRewriter):
         may begin a marker: they go as they came, unframed and unparsed."""
         if markup_may_start(data):
             return False
+        if len(self._quiet_blocks) == 1:  # (one block open, as nearly always: one search in C)
+            ((index, kind),) = self._quiet_blocks.items()
+            if _quiet_deltas_of(index, kind).fullmatch(data):
+                return True
         at, end = 0, len(data)
         while at < end:
             quiet = _QUIET_DELTA.match(data, at)
@@ -749,7 +773,7 @@ class MessagesStreamRewriter(SseRewriter):
     def _read_in_full(self, raw: bytes, event: dict[str, Any], lexed: list[Segment] | None = None) -> list[bytes]:
         self._quiet_frame = self._block = self._direct = None
         core = self.core
-        core.lexed, core.last_segments = lexed, None
+        core.lexed, core.last_segments, core.defer_lexers = lexed, None, self.lanes
         out = [_encode(o) for o in core.on_event(event, raw)]
         core.lexed = None
         self._find_quiet_blocks()
@@ -771,7 +795,7 @@ class MessagesStreamRewriter(SseRewriter):
             and not source.as_content
             and source.current.index == index
             and source.current.kind == source.kind
-            and source.lexer.idle
+            and (source.lexer is None or source.lexer.idle)  # (no lexer: only text that went as it came)
         }
 
     def _passes(self, event: dict[str, Any]) -> bool:
@@ -787,7 +811,7 @@ class MessagesStreamRewriter(SseRewriter):
         name = DELTA_OF[source.kind][1]
         if not isinstance(delta, dict) or delta.get("type") != DELTA_OF[source.kind][0] or source.current.kind != source.kind or source.as_content:
             return False
-        return isinstance(delta.get(name), str) and source.lexer.idle
+        return isinstance(delta.get(name), str) and (source.lexer is None or source.lexer.idle)
 
     def _at_end(self) -> list[bytes]:
         self._quiet_blocks = {}
@@ -930,6 +954,13 @@ def _around(encoded: bytes) -> tuple[bytes, bytes] | None:
 
 # A text or thinking delta as Anthropic and the servers that copy it write one: the event line,
 # then the data's first keys in this order. Anything else takes the parsed path.
+@lru_cache(maxsize=64)
+def _quiet_deltas_of(index: int, kind: bytes) -> re.Pattern[bytes]:
+    """One or more `_QUIET_DELTA`s, all of block `index` in `kind` (b"text" / b"thinking")."""
+    one = _QUIET_DELTA.pattern.replace(rb"(\d+)", b"%d" % index).replace(rb"(text|thinking)", kind).replace(rb"(?:text|thinking)", kind)
+    return re.compile(b"(?:" + one + b")+")
+
+
 _QUIET_DELTA = re.compile(rb'event: content_block_delta\ndata: \{"type":\s?"content_block_delta",\s?"index":\s?(\d+),\s?"delta":\s?\{"type":\s?"(text|thinking)_delta",\s?"(?:text|thinking)":\s?"(?:[^"\\]++|\\.)*+"\}\}\n\n')
 
 
