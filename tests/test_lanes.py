@@ -187,6 +187,14 @@ KIMI_TURNS = (
     "<|tool_calls_section_begin|><|tool_call_begin|>functions.bash:1<|tool_call_argument_begin|>"
     '{"command": "pwd"}<|tool_call_end|><|tool_calls_section_end|> Then the end of it all.'
 )
+# Qwen3-Coder: its blocks pass through Hermes's lexer (the chain's first stage, idle) to the XML
+# one; values with a `<`, a `[` and a Hermes tag (which that first stage must read) among plain ones.
+XML_TEXT = (
+    "Let me see.\n<tool_call>\n<function=bash>\n<parameter=command>\ngrep -n 'a<b' x [y] && ls -la /usr/lib\n</parameter>\n"
+    "</function>\n</tool_call>\nNow prose again.\n<tool_call>\n<function=bash>\n<parameter=command>\npwd; echo "
+    '<tool_call>{"name": "bash", "arguments": {"command": "id"}}</tool_call> done\n</parameter>\n'
+    "</function>\n</tool_call>"
+)
 HERMES_TURNS = (
     'One.\n<tool_call>\n{"name": "bash", "arguments": {"command": "ls"}}\n</tool_call>\ncode path and words after it.\n'
     '<tool_call>\n{"name": "bash", "arguments": {"command": "pwd"}}\n</tool_call>\nMore words, and the end.'
@@ -204,6 +212,7 @@ def lane_streams() -> list[tuple[str, str, RequestContext, bytes]]:
         ("kimi in mirrored reasoning", "moonshotai/Kimi-K2.5", KIMI_TEXT, ("reasoning", "reasoning_content")),
         ("hermes in content", "Qwen/Qwen2.5-72B-Instruct", HERMES_TEXT, ("content",)),
         ("plain", "some-model", PLAIN_TEXT, ("content",)),
+        ("qwen3-coder xml in content", "Qwen/Qwen3-Coder-480B-A35B-Instruct", XML_TEXT, ("content",)),
         ("kimi: prose and calls in turn", "moonshotai/Kimi-K2.5", KIMI_TURNS, ("content",)),
         ("hermes: prose and blocks in turn", "Qwen/Qwen2.5-72B-Instruct", HERMES_TURNS, ("content",)),
         # (vLLM's continuous usage stats without numbers: `"usage": null` in every chunk, rendered too)
@@ -518,3 +527,34 @@ def test_a_read_of_deltas_of_two_blocks_is_read_when_one_holds_markup(monkeypatc
     body = sse(events)
     reference = check(MESSAGES, messages_context(model), body, event_cuts(body, 6), monkeypatch)
     assert b'"type":"tool_use"' in reference and b"<tool_call>" not in reference
+
+
+def test_a_block_passed_on_by_an_idle_first_stage_is_read_by_the_second_alone(monkeypatch):
+    """Qwen3-Coder's `<tool_call><function=…>`: Hermes's lexer, first in the chain, passes the
+    block on to the XML lexer and is idle again. The lane feeds the XML lexer alone (text with
+    no `<` and no `[` cannot wake the first stage): a value's plain pieces do not go through the
+    chain. (The bytes: `test_every_split_through_the_lanes`, "qwen3-coder xml in content".)"""
+    from toolshim.lexers.base import ChainLexer
+
+    model = "Qwen/Qwen3-Coder-480B-A35B-Instruct"
+    value = "ls -la /usr/lib && echo done; " * 8
+    text = f"Here.\n<tool_call>\n<function=bash>\n<parameter=command>\n{value}\n</parameter>\n</function>\n</tool_call>"
+    context = RequestContext.from_body(json.dumps({"model": model, "tools": [BASH_CHAT], "stream": True}).encode())
+    events = [chat_chunk(model, {"role": "assistant", "content": ""})]
+    events += [chat_chunk(model, {"content": piece}) for piece in ["Here.", "\n", "<tool_call>", "\n", "<function=bash>", "\n", "<parameter=command>", "\n"]]
+    value_events = [chat_chunk(model, {"content": piece}) for piece in pieces_of(value, 9)]
+    events += value_events + [chat_chunk(model, {"content": piece}) for piece in ["\n", "</parameter>", "\n", "</function>", "\n", "</tool_call>"]]
+    events += [chat_chunk(model, {}, "stop"), b"data: [DONE]\n\n"]
+    fed = {"chains": 0}
+    original = ChainLexer.feed
+
+    def counting(self, text):
+        fed["chains"] += 1
+        return original(self, text)
+
+    monkeypatch.setattr(ChainLexer, "feed", counting)
+    reference, _ = rewrite(CHAT, context, [b"".join(events)], False, monkeypatch)
+    fed["chains"] = 0
+    laned, _ = rewrite(CHAT, context, events, True, monkeypatch)
+    assert laned == reference and b'"name":"bash"' in laned and value.strip().encode() in laned.replace(b"\\", b"")
+    assert fed["chains"] < len(value_events) / 4, (fed, len(value_events))

@@ -16,10 +16,10 @@ import orjson
 
 from .calls import INVALID_JSON, STRICT_FAILURE, CallScope, RewriteStats
 from .lexers import ScopeLexers, reads_the_start
-from .lexers.base import CallArgs, CallBegin, CallEnd, Lexer, ReasoningEnd, ReasoningText, Segment, Text
+from .lexers.base import CallArgs, CallBegin, CallEnd, ChainLexer, Lexer, ReasoningEnd, ReasoningText, Segment, Text
 from .native import EMPTY_ARGUMENTS, OBJECT_ARGUMENTS, ArgumentTyping, NativeCalls
 from .sse import encode_event, is_one_data_line, parse_block
-from .stream import Contribution, Frame, SseRewriter, live_path, markup_may_start, plain_body, quiet_lane, string_spans, unwind
+from .stream import Contribution, Frame, SseRewriter, guarded, live_path, markup_may_start, plain_body, quiet_lane, string_spans, unwind
 from .tools import RequestContext
 
 CONTENT = "content"
@@ -232,7 +232,7 @@ class ArgsLane:
 
     __slots__ = (
         "frame", "frame_head", "frame_tail", "mirrored", "start", "end", "leaf", "path", "head", "tail", "before", "after", "alone", "held",
-        "finished", "rendered", "state", "channel",
+        "finished", "rendered", "state", "channel", "guarded",
     )  # fmt: skip
 
     def __init__(
@@ -248,6 +248,16 @@ class ArgsLane:
         self.alone = not rendered.before and not rendered.after  # one event out for one in
         self.finished = finished
         self.rendered, self.state, self.channel = rendered, state, channel
+        self.guarded = guarded(self.path)  # the leaf takes no text with a `<` or a `[` (`live_path`)
+
+
+    def past_idle_first(self) -> Lexer:
+        """The leaf, a chain whose first stage is now idle: the path goes on into its second
+        stage (`live_path`), and the lane's leaf is the one found there."""
+        leaf, path = live_path(self.leaf, past_idle_first=True)
+        self.leaf, self.path = leaf, [*self.path, *path]
+        self.guarded = guarded(self.path)
+        return leaf
 
 
 class ChatStreamRewriter(SseRewriter):
@@ -648,7 +658,7 @@ class ChatStreamRewriter(SseRewriter):
         # only when it was finished last and fed nothing since, as when this event's last part
         # was the call or its arguments. Else such a piece takes the full path once.
         finished = bool(parts) and parts[-1][0] in ("args", "call")
-        lane = ArgsLane(frame, live_path(lexer), head, rendered, finished, state, channel)
+        lane = ArgsLane(frame, live_path(lexer, past_idle_first=True), head, rendered, finished, state, channel)
         self._args = lane
         self._direct = self._lane_direct(type(self)._args_read)
 
@@ -714,6 +724,10 @@ class ChatStreamRewriter(SseRewriter):
             # the full path reads it: `b'"reasoning' in raw`.)
             self._reasoning_field_known = True
         leaf = lane.leaf
+        if type(leaf) is ChainLexer and leaf.first.idle and not leaf.second.idle:
+            leaf = lane.past_idle_first()  # (armed while the first stage held something)
+        if lane.guarded and ("<" in text or "[" in text):
+            return None  # a marker may begin: the first stage of a chain on the path must read it
         segments = leaf.feed(text)
         if not segments:
             if leaf.idle:  # what the full path's end of event works out again: the lanes, the quiet path

@@ -208,25 +208,44 @@ def _string_value(key: str) -> re.Pattern[bytes]:
     return pattern
 
 
-def live_path(lexer: Lexer) -> tuple[Lexer, list[Lexer]]:
+def live_path(lexer: Lexer, *, past_idle_first: bool = False) -> tuple[Lexer, list[Lexer]]:
     """The innermost lexer that reads a channel's text, and the lexers around it, outermost
     first. A `ReasoningSplit` whose think lexer is idle (in content) and whose reasoning side is
     idle passes text to its content side as it came; a `ChainLexer` whose second stage is idle
     gives its first stage the text, and gives the second only the first's Text (none while a
     call's arguments stream: its second stage was finished when the call began, and stays so).
-    Anything else is read as a whole (it is the leaf). (These are the lexers' own attributes:
-    should they change, the channel's lexer is fed whole, always right.)"""
+    `past_idle_first`: also a chain whose first stage is idle and second is not (a block the
+    first passed on as text, Qwen3-Coder's `<tool_call><function=…>` in Hermes's chain): its
+    first stage gives text with no `<` and no `[` (no marker begins without one) to the second
+    as it came, and stays idle; the path holds `SecondOf(chain)`, and a caller feeds the leaf
+    only text without either (`guarded`). Anything else is read as a whole (it is the leaf).
+    (These are the lexers' own attributes: should they change, the channel's lexer is fed
+    whole, always right.)"""
     try:
-        return _live_path(lexer)
+        return _live_path(lexer, past_idle_first)
     except AttributeError:
         return lexer, []
+
+
+class SecondOf:
+    """In a `live_path`: a chain whose second stage the path goes on to, its first idle."""
+
+    __slots__ = ("chain",)
+
+    def __init__(self, chain: ChainLexer) -> None:
+        self.chain = chain
+
+
+def guarded(path: list[Any]) -> bool:
+    """Must the leaf of `path` be fed only text with no `<` and no `[` (`live_path`)?"""
+    return any(type(node) is SecondOf for node in path)
 
 
 _UNWINDS = hasattr(ChainLexer, "_through_second")  # (what `unwind` needs of a chain)
 
 
-def _live_path(lexer: Lexer) -> tuple[Lexer, list[Lexer]]:
-    path: list[Lexer] = []
+def _live_path(lexer: Lexer, past_idle_first: bool) -> tuple[Lexer, list[Any]]:
+    path: list[Any] = []
     while True:
         kind = type(lexer)
         if kind is ReasoningSplit:
@@ -236,6 +255,10 @@ def _live_path(lexer: Lexer) -> tuple[Lexer, list[Lexer]]:
             path.append(lexer)
             lexer = content
         elif kind is ChainLexer and _UNWINDS:
+            if past_idle_first and lexer.first.idle and not lexer.second.idle:
+                path.append(SecondOf(lexer))
+                lexer = lexer.second
+                continue
             if lexer.first.idle or not lexer.second.idle:
                 return lexer, path
             path.append(lexer)
@@ -250,7 +273,7 @@ def unwind(path: list[Lexer], segments: list[Segment]) -> list[Segment]:
     for node in reversed(path):
         if type(node) is ChainLexer:
             segments = node._through_second(segments)
-    return segments  # (a ReasoningSplit passes its content side's segments as they are)
+    return segments  # (a ReasoningSplit, and a chain's idle first stage, pass them as they are)
 
 
 def _event_end(data: bytes, at: int) -> int:
