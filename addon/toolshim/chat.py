@@ -250,7 +250,6 @@ class ArgsLane:
         self.rendered, self.state, self.channel = rendered, state, channel
         self.guarded = guarded(self.path)  # the leaf takes no text with a `<` or a `[` (`live_path`)
 
-
     def past_idle_first(self) -> Lexer:
         """The leaf, a chain whose first stage is now idle: the path goes on into its second
         stage (`live_path`), and the lane's leaf is the one found there."""

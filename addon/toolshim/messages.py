@@ -954,14 +954,14 @@ def _around(encoded: bytes) -> tuple[bytes, bytes] | None:
 
 # A text or thinking delta as Anthropic and the servers that copy it write one: the event line,
 # then the data's first keys in this order. Anything else takes the parsed path.
+_QUIET_DELTA = re.compile(rb'event: content_block_delta\ndata: \{"type":\s?"content_block_delta",\s?"index":\s?(\d+),\s?"delta":\s?\{"type":\s?"(text|thinking)_delta",\s?"(?:text|thinking)":\s?"(?:[^"\\]++|\\.)*+"\}\}\n\n')
+
+
 @lru_cache(maxsize=64)
 def _quiet_deltas_of(index: int, kind: bytes) -> re.Pattern[bytes]:
     """One or more `_QUIET_DELTA`s, all of block `index` in `kind` (b"text" / b"thinking")."""
     one = _QUIET_DELTA.pattern.replace(rb"(\d+)", b"%d" % index).replace(rb"(text|thinking)", kind).replace(rb"(?:text|thinking)", kind)
     return re.compile(b"(?:" + one + b")+")
-
-
-_QUIET_DELTA = re.compile(rb'event: content_block_delta\ndata: \{"type":\s?"content_block_delta",\s?"index":\s?(\d+),\s?"delta":\s?\{"type":\s?"(text|thinking)_delta",\s?"(?:text|thinking)":\s?"(?:[^"\\]++|\\.)*+"\}\}\n\n')
 
 
 def _encode(outgoing: Outgoing) -> bytes:

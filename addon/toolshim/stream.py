@@ -208,7 +208,7 @@ def _string_value(key: str) -> re.Pattern[bytes]:
     return pattern
 
 
-def live_path(lexer: Lexer, *, past_idle_first: bool = False) -> tuple[Lexer, list[Lexer]]:
+def live_path(lexer: Lexer, *, past_idle_first: bool = False) -> tuple[Lexer, list[Any]]:
     """The innermost lexer that reads a channel's text, and the lexers around it, outermost
     first. A `ReasoningSplit` whose think lexer is idle (in content) and whose reasoning side is
     idle passes text to its content side as it came; a `ChainLexer` whose second stage is idle
@@ -267,7 +267,7 @@ def _live_path(lexer: Lexer, past_idle_first: bool) -> tuple[Lexer, list[Any]]:
             return lexer, path
 
 
-def unwind(path: list[Lexer], segments: list[Segment]) -> list[Segment]:
+def unwind(path: list[Any], segments: list[Segment]) -> list[Segment]:
     """What the lexers of `path` (outermost first) make of their leaf's segments: what the
     channel's lexer would have returned had it been fed the text itself."""
     for node in reversed(path):
