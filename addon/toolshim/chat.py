@@ -19,7 +19,7 @@ from .lexers import ScopeLexers, reads_the_start
 from .lexers.base import CallArgs, CallBegin, CallEnd, ChainLexer, Lexer, ReasoningEnd, ReasoningText, Segment, Text
 from .native import EMPTY_ARGUMENTS, OBJECT_ARGUMENTS, ArgumentTyping, NativeCalls
 from .sse import encode_event, is_one_data_line, parse_block
-from .stream import Contribution, Frame, SseRewriter, guarded, live_path, markup_may_start, plain_body, quiet_lane, string_spans, unwind
+from .stream import Contribution, Frame, SseRewriter, guarded, live_path, markup_may_start, plain_body, quiet_lane, string_spans, text_may_start_markup, unwind
 from .tools import RequestContext
 
 CONTENT = "content"
@@ -248,7 +248,7 @@ class ArgsLane:
         self.alone = not rendered.before and not rendered.after  # one event out for one in
         self.finished = finished
         self.rendered, self.state, self.channel = rendered, state, channel
-        self.guarded = guarded(self.path)  # the leaf takes no text with a `<` or a `[` (`live_path`)
+        self.guarded = guarded(self.path)  # the leaf takes only text no marker can begin in (`live_path`)
 
     def past_idle_first(self) -> Lexer:
         """The leaf, a chain whose first stage is now idle: the path goes on into its second
@@ -725,7 +725,7 @@ class ChatStreamRewriter(SseRewriter):
         leaf = lane.leaf
         if type(leaf) is ChainLexer and leaf.first.idle and not leaf.second.idle:
             leaf = lane.past_idle_first()  # (armed while the first stage held something)
-        if lane.guarded and ("<" in text or "[" in text):
+        if lane.guarded and text_may_start_markup(text):
             return None  # a marker may begin: the first stage of a chain on the path must read it
         segments = leaf.feed(text)
         if not segments:

@@ -43,7 +43,7 @@ from .lexers import ScopeLexers
 from .native import EMPTY_ARGUMENTS, ArgumentTyping
 from .lexers.base import CallArgs, CallBegin, CallEnd, ChainLexer, Lexer, ReasoningEnd, ReasoningText, Segment, Text, TextPieces
 from .sse import encode_event, parse_block, read_event
-from .stream import _CARRIED_FIELD, Contribution, Frame, SseRewriter, live_path, markup_may_start, plain_body, quiet_lane, string_spans, unwind
+from .stream import _CARRIED_FIELD, Contribution, Frame, SseRewriter, live_path, markup_may_start, plain_body, quiet_lane, string_spans, text_may_start_markup, unwind
 from .tools import RequestContext
 
 TEXT, THINKING, TOOL_USE = "text", "thinking", "tool_use"
@@ -221,7 +221,7 @@ class MessagesRewriter:
             out.append(self._renumbered(incoming, target.index))
             return
         segments, self.lexed = self.lexed, None
-        if segments is None and source.lexer is None and "<" not in text and "[" not in text and not text.isspace():
+        if segments is None and source.lexer is None and not text_may_start_markup(text) and not text.isspace():
             # No marker can begin in it, and it decides that no `<think>` opens the text (not
             # whitespace alone): what a new lexer gives, and the lexer is left as it began.
             source.text_passed = True

@@ -44,6 +44,19 @@ _BRACKET_MARKUP = re.compile(
 )
 
 
+_MARKER_FIRSTS = tuple(sorted({start[0] for start in MARKUP_STARTS}))  # ("<", "[")
+
+
+def text_may_start_markup(text: str) -> bool:
+    """Might a marker of some dialect begin in this decoded text? Not without a marker's first
+    character: an idle lexer gives such text back as it came, and stays idle (the lanes and
+    Messages' late lexers rely on it)."""
+    for first in _MARKER_FIRSTS:
+        if first in text:
+            return True
+    return False
+
+
 def markup_may_start(raw: bytes) -> bool:
     """Might a marker of some dialect begin in the text of these raw events (JSON bytes)? Every
     marker begins with `<` (`\\u003c` escaped) or is a bracket marker."""
@@ -216,9 +229,9 @@ def live_path(lexer: Lexer, *, past_idle_first: bool = False) -> tuple[Lexer, li
     call's arguments stream: its second stage was finished when the call began, and stays so).
     `past_idle_first`: also a chain whose first stage is idle and second is not (a block the
     first passed on as text, Qwen3-Coder's `<tool_call><function=…>` in Hermes's chain): its
-    first stage gives text with no `<` and no `[` (no marker begins without one) to the second
+    first stage gives text in which no marker can begin (`text_may_start_markup`) to the second
     as it came, and stays idle; the path holds `SecondOf(chain)`, and a caller feeds the leaf
-    only text without either (`guarded`). Anything else is read as a whole (it is the leaf).
+    only such text (`guarded`). Anything else is read as a whole (it is the leaf).
     (These are the lexers' own attributes: should they change, the channel's lexer is fed
     whole, always right.)"""
     try:
@@ -237,7 +250,7 @@ class SecondOf:
 
 
 def guarded(path: list[Any]) -> bool:
-    """Must the leaf of `path` be fed only text with no `<` and no `[` (`live_path`)?"""
+    """Must the leaf of `path` be fed only text in which no marker can begin (`live_path`)?"""
     return any(type(node) is SecondOf for node in path)
 
 
