@@ -444,6 +444,35 @@ def test_messages_turns_read_from_steady_bytes_are_the_turns_read_in_full(body):
         both_ways(MESSAGES, body, monkeypatch)
 
 
+@pytest.mark.parametrize(
+    "bodies",
+    [
+        [b"a\\", b',"b'],  # an escape cut at a piece's end: with the next, two strings in an array
+        [b'a","b'],  # a quote not escaped: two strings where one piece was
+        [b"\\u00", b"41"],  # an escape cut in two: one character
+        [b"c\\\\", b"d\\\"e"],  # a backslash, a quote, escaped: pieces as they are
+    ],
+)
+def test_a_run_of_steady_events_is_decoded_as_each_would_be(bodies, monkeypatch):
+    """A run of events of one frame is decoded at once (`memory._each_string`): pieces that are
+    no JSON string by themselves are read in full, however they would join."""
+    def line(body: bytes) -> bytes:
+        return b'data: {"id":"c","choices":[{"index":0,"delta":{"content":"' + body + b'"},"finish_reason":null}]}'
+
+    good = [b"x", b"y", b"z"]
+    body = b"\n\n".join([line(good[0]), *(line(piece) for piece in bodies), line(good[1]), line(good[2]), b"data: [DONE]"]) + b"\n\n"
+    [turn] = both_ways(CHAT, body, monkeypatch)
+    # (a piece that is no string makes its event's JSON none: that event adds nothing)
+    assert turn.text == "x" + "".join(orjson.loads(b'"' + piece + b'"') for piece in bodies if _one_string(piece)) + "yz"
+
+
+def _one_string(body: bytes) -> bool:
+    try:
+        return isinstance(orjson.loads(b'"' + body + b'"'), str)
+    except orjson.JSONDecodeError:
+        return False
+
+
 def test_what_the_rewriters_send_is_remembered_the_same_from_steady_bytes(monkeypatch):
     """The lanes' streams (calls in content and in mirrored reasoning, prose and calls in turn,
     Responses, Messages) as the client gets them: the same turns read either way, and most

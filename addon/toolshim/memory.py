@@ -198,8 +198,16 @@ def _sse_data(body: bytes, wanted: re.Pattern[bytes] | None = None) -> Iterable[
 def _unsteady_events(body: bytes, steady: SteadyDeltas | None) -> Iterable[tuple[bytes, Any]]:
     """Each data line that `steady` did not take, with its JSON (lines that are none, `[DONE]`
     among them, are skipped). Lazy: what the caller learns from one line serves the next."""
-    for line in body.splitlines():
-        if not line.startswith(b"data:") or (steady is not None and steady.take(line)):
+    lines = list(filter(None, body.splitlines()))  # (without the blank lines, in C)
+    at, count = 0, len(lines)
+    while at < count:
+        if steady is not None:
+            at = steady.take(lines, at)
+            if at == count:
+                break
+        line = lines[at]
+        at += 1
+        if not line.startswith(b"data:"):
             continue
         try:
             yield line, orjson.loads(line[5:])
@@ -217,28 +225,76 @@ class SteadyDeltas:
     mirrored ones), read from their bytes: what stream.py's lanes do for the rewrite. A `Frame`
     is learned from an event read in full whose JSON equals, but for that string, what the
     frame's bytes parse to (checked once, on a probe); an event of the frame then adds its
-    string, decoded by itself, to the lists the learned one added to. A stream of tokens
-    parses a few events in full, not every one: remembering a Kimi stream of 200 events (bench/
-    e2e.py's) took 2.8 us an event read in full, 1.7 so."""
+    string to the lists the learned one added to. A stream of tokens parses a few events in
+    full, not every one: remembering a Kimi stream of 200 events (bench/e2e.py's) took 2.8 us an
+    event read in full, 1.7 so. The events of a run of one frame are decoded at once, as one
+    JSON array of their strings (`_each_string`), each checked to be one string by itself: 3.1
+    -> 2.3 M instructions to remember that stream (bench/e2e.py's Kimi flow, callgrind)."""
 
     __slots__ = ("_frames",)
 
     def __init__(self) -> None:
         self._frames: list[tuple[Frame, tuple[list[str], ...]]] = []  # the newest first
 
-    def take(self, line: bytes) -> bool:
-        """Was `line` an event of a learned frame (its piece added)?"""
-        for frame, targets in self._frames:
-            body = frame.split(line)
-            if body is not None:
-                try:
-                    text = orjson.loads(b'"' + body + b'"')
-                except orjson.JSONDecodeError:
-                    return False  # not one string: read in full
-                for target in targets:
-                    target.append(text)
-                return True
-        return False
+    def take(self, lines: list[bytes], at: int) -> int:
+        """The lines from `at` on that are events of learned frames (their pieces added) or no
+        data lines: where the first line that must be read in full is (`len(lines)`: none)."""
+        count = len(lines)
+        while at < count:
+            line = lines[at]
+            if not line.startswith(b"data:"):
+                at += 1
+                continue
+            for frame, targets in self._frames:
+                if frame.split(line) is not None:
+                    break
+            else:
+                return at
+            at = self._take_run(lines, at, frame, targets)
+            if at < count and lines[at].startswith(b"data:") and frame.split(lines[at]) is not None:
+                return at  # (a piece that is no string by itself: read in full)
+        return at
+
+    @staticmethod
+    def _take_run(lines: list[bytes], at: int, frame: Frame, targets: tuple[list[str], ...]) -> int:
+        """The run of events of `frame` from `at` (with the lines between them that are no data
+        lines), their pieces decoded at once: where the run ends."""
+        count, pieces, first = len(lines), [], at
+        head, mid, tail, fixed, start = frame.head, frame.mid, frame.tail, frame.fixed, len(frame.head)
+        mid_size = len(mid) if mid is not None else 0
+        while at < count:  # (`frame.split`, inline: a stream's commonest lines)
+            line = lines[at]
+            if line.startswith(head) and line.endswith(tail):
+                extra = len(line) - fixed
+                if mid is None:
+                    if extra < 0:
+                        break
+                    pieces.append(line[start : start + extra])
+                else:
+                    half = extra >> 1
+                    body, end = line[start : start + half], start + half
+                    if extra < 0 or extra & 1 or line[end : end + mid_size] != mid or line[end + mid_size : end + mid_size + half] != body:
+                        break
+                    pieces.append(body)
+            elif line.startswith(b"data:"):
+                break
+            at += 1
+        texts = _each_string(pieces)
+        if texts is None:  # a piece that is no string by itself: one at a time, up to it
+            texts, at = [], first
+            for line in lines[first:]:
+                body = frame.split(line) if line.startswith(b"data:") else None
+                if body is not None:
+                    try:
+                        texts.append(orjson.loads(b'"' + body + b'"'))
+                    except orjson.JSONDecodeError:
+                        break
+                elif line.startswith(b"data:"):
+                    break
+                at += 1
+        for target in targets:
+            target.extend(texts)
+        return at
 
     def learn(self, line: bytes, keys: tuple[str, ...], expected: dict[str, Any], targets: tuple[list[str], ...]) -> None:
         """`line` was read in full, its string of `keys` added to `targets`; `expected` is its
@@ -256,6 +312,27 @@ class SteadyDeltas:
 
     def forget(self) -> None:
         self._frames = []
+
+
+def _each_string(bodies: list[bytes]) -> list[str] | None:
+    """Each of `bodies` decoded as a JSON string body, by one parse of them all as an array;
+    None when one of them is no string body by itself. The array holds as many strings only
+    then: a separator (`","`) is taken into a string only by an odd run of backslashes before
+    it (looked for), and a quote that a body does not escape adds a string or breaks the array."""
+    joined = b'","'.join(bodies) + b'","'
+    cut = joined.find(b'\\","')
+    while cut >= 0:  # (rare: a body that ends in an escaped backslash is whole)
+        before = cut
+        while before >= 0 and joined[before] == 92:
+            before -= 1
+        if (cut - before) & 1:
+            return None
+        cut = joined.find(b'\\","', cut + 4)
+    try:
+        texts = orjson.loads(b'["' + joined[:-2] + b"]")
+    except orjson.JSONDecodeError:
+        return None
+    return texts if len(texts) == len(bodies) else None
 
 
 def _chat_message_turn(message: Any) -> GivenTurn:
