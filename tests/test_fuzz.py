@@ -126,6 +126,25 @@ def test_fuzz_sse_framer(data, cuts):
             assert not event.malformed and (event.data, event.event) == expected
 
 
+field_values = st.one_of(st.text(alphabet="ab :{}\"é\u2028", max_size=6).map(str.encode), st.binary(max_size=4).filter(lambda b: b"\n" not in b and b"\r" not in b))
+
+
+@budget(100)
+@given(field_values, field_values, st.sampled_from([b"event:", b"event: "]), st.sampled_from([b"data:", b"data: "]))
+def test_fuzz_named_events_read_alone(name, value, event_field, data_field):
+    """`event:…` then one `data:…` line: the shape the Responses and Messages APIs stream, which
+    the framer and the parser take without a search of its lines (`sse.named_data_at`)."""
+    raw = event_field + name + b"\n" + data_field + value + b"\n\n"
+    assert SseFramer().feed(raw) == [raw]
+    event = parse_block(raw)
+    try:
+        expected = reference_fields(raw)
+    except UnicodeDecodeError:
+        assert event.malformed and event.data is None
+    else:
+        assert not event.malformed and (event.data, event.event) == expected
+
+
 # ---------------------------------------------------------------------------------------------
 # The dialect lexers
 # ---------------------------------------------------------------------------------------------

@@ -40,6 +40,13 @@ def parse_block(raw: bytes) -> SseEvent:
             return SseEvent(raw, value.decode("utf-8"))
         except UnicodeDecodeError:
             return SseEvent(raw, malformed=True)
+    data_at = named_data_at(raw)
+    if data_at:  # what the Responses and Messages APIs send: the same, after the name's line
+        name, value = raw[7 if raw[6] == 32 else 6 : data_at - 1], raw[data_at + 6 if raw[data_at + 5] == 32 else data_at + 5 : -2]
+        try:
+            return SseEvent(raw, value.decode("utf-8"), name.decode("utf-8"))
+        except UnicodeDecodeError:
+            return SseEvent(raw, malformed=True)
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
@@ -79,6 +86,23 @@ def is_one_data_line(raw: bytes) -> bool:
     return raw.startswith(b"data:") and raw.find(b"\n") == len(raw) - 2 and raw.endswith(b"\n\n") and raw.find(b"\r") < 0
 
 
+def named_data_at(raw: bytes) -> int:
+    """Where the data line of `event:…\ndata:…\n\n` begins, when `raw` is that and nothing
+    else (an event line and one data line, LF-ended, then the blank line); else 0."""
+    if not raw.startswith(b"event:"):
+        return 0
+    at = raw.find(b"\n") + 1
+    if raw.startswith(b"data:", at) and raw.find(b"\n", at) == len(raw) - 2 and raw.endswith(b"\n\n") and raw.find(b"\r") < 0:
+        return at
+    return 0
+
+
+def has_no_fields(raw: bytes) -> bool:
+    """Is `raw` one of the blocks that cannot hold an `id:` or `retry:` line (a data line, with
+    an event line before it or not), told without a search of its lines?"""
+    return is_one_data_line(raw) or named_data_at(raw) > 0
+
+
 def encode_event(data: bytes, event: str | None = None) -> bytes:
     """Serialise one event (`data` must be a single line, as compact JSON is)."""
     if event is None:
@@ -105,7 +129,7 @@ class SseFramer:
 
     def feed(self, data: bytes) -> list[bytes]:
         """Add bytes; return the raw bytes of every block completed by them."""
-        if not self._buf and len(data) > 2 and is_one_data_line(data):
+        if not self._buf and len(data) > 2 and has_no_fields(data):
             return [data]  # a read that is one whole event, as most are: nothing to scan
         self._buf += data
         return self._cut(final=False)

@@ -24,7 +24,7 @@ from .calls import RewriteStats
 from .lexers import MARKUP_STARTS
 from .lexers.base import ChainLexer, Lexer, Segment
 from .lexers.think import ReasoningSplit
-from .sse import SseFramer, is_one_data_line
+from .sse import SseFramer, has_no_fields
 
 # The lanes, on by default; an instance's `lanes = False` turns them off (the differential tests).
 LANES = True
@@ -547,7 +547,7 @@ class SseRewriter:
             self._direct = None
             self._withheld.clear()  # nothing held is sent from now on
             return self._place_fields([raw], raw)
-        if out != [raw] and not is_one_data_line(raw) and not any(piece is raw for piece in out):
+        if out != [raw] and not has_no_fields(raw) and not any(piece is raw for piece in out):
             fields = _CARRIED_FIELD.findall(raw)
             if fields:
                 sent_later = self._may_send_later(raw)
@@ -581,7 +581,7 @@ class SseRewriter:
             last_keeps_own = False
             if piece is raw:
                 number = self._taken
-                if self._withheld and not is_one_data_line(raw) and _CARRIED_FIELD.search(raw):
+                if self._withheld and not has_no_fields(raw) and _CARRIED_FIELD.search(raw):
                     self._sent_upto = number  # fields newer than anything held
             elif (withheld := self._withheld.pop(id(piece), None)) is not None:  # (kept alive: ids are unique)
                 number = withheld[1]
