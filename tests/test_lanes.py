@@ -558,3 +558,36 @@ def test_a_block_passed_on_by_an_idle_first_stage_is_read_by_the_second_alone(mo
     laned, _ = rewrite(CHAT, context, events, True, monkeypatch)
     assert laned == reference and b'"name":"bash"' in laned and value.strip().encode() in laned.replace(b"\\", b"")
     assert fed["chains"] < len(value_events) / 4, (fed, len(value_events))
+
+
+def test_a_marker_start_past_an_idle_first_stage_is_read_by_the_chain_in_the_lane(monkeypatch):
+    """The same block, a value full of `<` (and a `<tool_call` that never closes): such a piece
+    may wake the chain's first stage, so the chain reads it whole, in the lane; the lane goes on
+    while the first stage is idle again, and the full path reads no piece of the value."""
+    from toolshim.chat import ChatStreamRewriter
+
+    model = "Qwen/Qwen3-Coder-480B-A35B-Instruct"
+    value = "if a < b && c <d; then echo '<tool_cal' <x>; fi\n<" * 6
+    text_events = ["Here.", "\n", "<tool_call>", "\n", "<function=bash>", "\n", "<parameter=command>", "\n"]
+    context = RequestContext.from_body(json.dumps({"model": model, "tools": [BASH_CHAT], "stream": True}).encode())
+    events = [chat_chunk(model, {"role": "assistant", "content": ""})] + [chat_chunk(model, {"content": piece}) for piece in text_events]
+    value_events = [chat_chunk(model, {"content": piece}) for piece in pieces_of(value, 5)]
+    events += value_events + [chat_chunk(model, {"content": piece}) for piece in ["\n", "</parameter>", "\n", "</function>", "\n", "</tool_call>"]]
+    events += [chat_chunk(model, {}, "stop"), b"data: [DONE]\n\n"]
+    read = {"full": 0}
+    original = ChatStreamRewriter._read_block
+
+    def counting(self, *args):
+        read["full"] += 1
+        return original(self, *args)
+
+    monkeypatch.setattr(ChatStreamRewriter, "_read_block", counting)
+    reference, _ = rewrite(CHAT, context, [b"".join(events)], False, monkeypatch)
+    read["full"] = 0
+    laned, _ = rewrite(CHAT, context, events, True, monkeypatch)
+    assert laned == reference and b'"name":"bash"' in laned
+    chunks = [json.loads(line[6:]) for line in laned.split(b"\n\n") if line.startswith(b"data: {")]
+    arguments = "".join(call["function"].get("arguments", "") for chunk in chunks for call in chunk["choices"][0]["delta"].get("tool_calls", []))
+    assert json.loads(arguments)["command"].strip() == value.strip()
+    assert sum(piece.count("<") for piece in pieces_of(value, 5)) > 10
+    assert read["full"] < 8, read  # the events around the block, not the value's

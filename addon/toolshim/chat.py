@@ -19,7 +19,7 @@ from .lexers import ScopeLexers, reads_the_start
 from .lexers.base import CallArgs, CallBegin, CallEnd, ChainLexer, Lexer, ReasoningEnd, ReasoningText, Segment, Text
 from .native import EMPTY_ARGUMENTS, OBJECT_ARGUMENTS, ArgumentTyping, NativeCalls
 from .sse import encode_event, is_one_data_line, parse_block
-from .stream import Contribution, Frame, SseRewriter, guarded, live_path, markup_may_start, plain_body, quiet_lane, string_spans, text_may_start_markup, unwind
+from .stream import Contribution, Frame, SecondOf, SseRewriter, guarded, live_path, markup_may_start, plain_body, quiet_lane, string_spans, text_may_start_markup, unwind
 from .tools import RequestContext
 
 CONTENT = "content"
@@ -726,8 +726,14 @@ class ChatStreamRewriter(SseRewriter):
         if type(leaf) is ChainLexer and leaf.first.idle and not leaf.second.idle:
             leaf = lane.past_idle_first()  # (armed while the first stage held something)
         if lane.guarded and text_may_start_markup(text):
-            return None  # a marker may begin: the first stage of a chain on the path must read it
-        segments = leaf.feed(text)
+            # A marker may begin: the chain whose idle first stage the leaf is fed past reads it
+            # whole. Held, with every such first stage idle again, the lane stays as it is.
+            at = next(n for n, node in enumerate(lane.path) if type(node) is SecondOf)
+            segments = lane.path[at].chain.feed(text)
+            if segments or not all(node.chain.first.idle for node in lane.path[at:] if type(node) is SecondOf):
+                return self._read_lexed(raw, text, unwind(lane.path[:at], segments), lane.state, lane.channel, lane.rendered)
+        else:
+            segments = leaf.feed(text)
         if not segments:
             if leaf.idle:  # what the full path's end of event works out again: the lanes, the quiet path
                 self._args = self._direct = None
