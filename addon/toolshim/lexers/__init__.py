@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from functools import lru_cache
 from dataclasses import dataclass
+from functools import lru_cache
 
 from ..backends import THINKING_TEMPLATES
 from ..calls import CallScope
@@ -117,13 +117,8 @@ def _reads_own_start(context, name: str) -> bool:
     """Does dialect `name` read the start of the content with no marker in it? Only where it runs,
     for a model its own pattern names: Llama 3.x's JSON calls without their tag (prose holds
     JSON); the rest of gpt-oss's first role header (see harmony.py)."""
-    return _own_start(context.model, context.dialects, name)
-
-
-@lru_cache(maxsize=256)
-def _own_start(model: str, forced: tuple[str, ...] | None, name: str) -> bool:
     dialect = next(d for d in DIALECTS if d.name == name)
-    return dialect in dialects_for(model, forced) and bool(dialect.models.search(model))
+    return dialect in dialects_for(context.model, context.dialects) and bool(dialect.models.search(context.model))
 
 
 def reads_the_start(context) -> bool:
@@ -132,9 +127,7 @@ def reads_the_start(context) -> bool:
     return starts_in_reasoning(context) or _reads_own_start(context, "llama") or _reads_own_start(context, "harmony")
 
 
-# Every flow asks, three times, of a model that its client names again and again: one search
-# per dialect each time was a fifth of what the first event of a flow cost.
-@lru_cache(maxsize=256)
+@lru_cache(maxsize=256)  # every flow asks, three times, of a model its clients name again and again
 def dialects_for(model: str, forced: tuple[str, ...] | None) -> tuple[Dialect, ...]:
     if forced is not None:
         return tuple(d for d in DIALECTS if d.name in forced)
