@@ -234,3 +234,16 @@ def test_one_large_event_passing_as_it_came_is_not_changed():
     rewriter = qwen_with_bash()
     out = [piece for start in range(0, len(body), 1000) for piece in rewriter.feed(body[start : start + 1000])]
     assert b"".join(out + rewriter.close()) == body and not rewriter.changed
+
+
+@pytest.mark.parametrize("line_end", [b"\n", b"\r\n"], ids=["LF", "CRLF"])
+def test_an_event_arriving_in_many_reads_is_scanned_once(work: Work, line_end: bytes) -> None:
+    """The framer resumes where its last scan stopped: a long event cut into small reads costs
+    each of its bytes one look, whatever its line ends (LF: `SseFramer._cut_lf`)."""
+    for size in (20_000, 320_000):
+        event = b"event: x" + line_end + b"data: " + b"y" * size + line_end + line_end
+        framer = sse.SseFramer()
+        work.clear()
+        blocks = [block for at in range(0, len(event), 64) for block in framer.feed(event[at : at + 64])]
+        assert blocks == [event] and framer.pending == 0
+        assert work["framing"] <= len(event) + 64, (size, work["framing"])

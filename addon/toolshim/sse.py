@@ -151,6 +151,8 @@ class SseFramer:
         blocks: list[bytes] = []
         block_start = 0
         scan, line_start = self._scan, self._line_start
+        if buf.find(b"\r", scan) < 0:
+            return self._cut_lf(scan, line_start)
         while True:
             m = _LINE_END.search(buf, scan)
             if m is None:
@@ -169,4 +171,27 @@ class SseFramer:
             scan -= block_start
             line_start -= block_start
         self._scan, self._line_start = scan, line_start
+        return blocks
+
+    def _cut_lf(self, scan: int, line_start: int) -> list[bytes]:
+        """`_cut` when no CR is left to read (LF line ends, as servers send them): one search
+        for each block's blank line (a line end, then a line end at the start of a line), not
+        one for each line."""
+        buf = self._buf
+        blocks: list[bytes] = []
+        block_start, size = 0, len(buf)
+        while True:
+            if line_start == scan < size and buf[scan] == 10:  # (the line begun here is empty)
+                end = scan + 1
+            else:  # (a line end before `scan` would have moved `line_start` to it)
+                end = buf.find(b"\n\n", scan) + 2
+                if end < 2:
+                    break
+            blocks.append(bytes(buf[block_start:end]))
+            block_start = scan = line_start = end
+        line_start = max(line_start, buf.rfind(b"\n", scan) + 1)
+        if block_start:
+            del buf[:block_start]
+            line_start -= block_start
+        self._scan, self._line_start = size - block_start, line_start
         return blocks
