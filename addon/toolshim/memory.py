@@ -280,17 +280,17 @@ class SteadyDeltas:
                 break
             at += 1
         texts = _each_string(pieces)
-        if texts is None:  # a piece that is no string by itself: one at a time, up to it
-            texts, at = [], first
-            for line in lines[first:]:
-                body = frame.split(line) if line.startswith(b"data:") else None
-                if body is not None:
-                    try:
-                        texts.append(orjson.loads(b'"' + body + b'"'))
-                    except orjson.JSONDecodeError:
-                        break
-                elif line.startswith(b"data:"):
+        if texts is None:  # a piece that is no string by itself: the pieces before it, then its line
+            texts = []
+            for piece in pieces:
+                try:
+                    texts.append(orjson.loads(b'"' + piece + b'"'))
+                except orjson.JSONDecodeError:
                     break
+            # (the run's data lines are its pieces, in order: the failing one's is the len(texts)-th)
+            end, at, before = at, first, len(texts)
+            while at < end and (before or not lines[at].startswith(b"data:")):
+                before -= lines[at].startswith(b"data:")
                 at += 1
         for target in targets:
             target.extend(texts)

@@ -93,6 +93,11 @@ class SourceBlock:
     produced: bool = False  # its lexer gave text or a call (else at its end it goes as it came)
     text_passed: bool = False  # text that decides the start went as it came, with no lexer made
 
+    @property
+    def quiet(self) -> bool:
+        """Its lexer holds nothing (none made: only text that went as it came)."""
+        return self.lexer is None or self.lexer.idle
+
 
 @dataclass(slots=True)
 class NativeCall:
@@ -795,7 +800,7 @@ class MessagesStreamRewriter(SseRewriter):
             and not source.as_content
             and source.current.index == index
             and source.current.kind == source.kind
-            and (source.lexer is None or source.lexer.idle)  # (no lexer: only text that went as it came)
+            and source.quiet
         }
 
     def _passes(self, event: dict[str, Any]) -> bool:
@@ -811,7 +816,7 @@ class MessagesStreamRewriter(SseRewriter):
         name = DELTA_OF[source.kind][1]
         if not isinstance(delta, dict) or delta.get("type") != DELTA_OF[source.kind][0] or source.current.kind != source.kind or source.as_content:
             return False
-        return isinstance(delta.get(name), str) and (source.lexer is None or source.lexer.idle)
+        return isinstance(delta.get(name), str) and source.quiet
 
     def _at_end(self) -> list[bytes]:
         self._quiet_blocks = {}
