@@ -6,14 +6,16 @@ import logging
 
 import httpx
 import pytest
-from mitmproxy import exceptions
+from hypothesis import given
+from hypothesis import strategies as st
+from mitmproxy import exceptions, http
 from mitmproxy.flow import Error
 from mitmproxy.test import taddons, tflow, tutils
 
 from harness import Mitmdump, read_flows, sse_body
 from kimi import SEED_000, kimi_chunks
 from toolshim import chat
-from toolshim.addon import ToolShim
+from toolshim.addon import ToolShim, frame_as_rewritten, header
 from wire import check_chat_stream
 
 BODY = sse_body(kimi_chunks("k2", SEED_000))
@@ -247,3 +249,48 @@ def test_an_answer_another_addon_set_whole_is_rewritten_in_response():
         addon.response(flow)
         assert [c["name"] for c in check_chat_stream(flow.response.content)["tool_calls"]] == ["bash", "read_file"]
         assert flow.metadata["toolshim"]["upstream"] == BODY
+
+
+def test_options_set_while_running_reach_the_next_flow_and_refused_ones_do_not():
+    """The hooks read the options from a copy taken when they change (`FlowOptions`)."""
+    addon = ToolShim()
+    with taddons.context(addon) as tctx:
+        first = chat_flow()
+        run_stream(addon, first, [BODY])
+        assert first.metadata["toolshim"]["upstream"] == BODY
+        tctx.configure(addon, toolshim_keep_upstream=False, toolshim_max_held=4096)
+        second = chat_flow()
+        addon.requestheaders(second)
+        addon.request(second)
+        addon.responseheaders(second)
+        assert second.response.stream.rewriter._max_held == 4096
+        with pytest.raises(exceptions.OptionsError):
+            tctx.configure(addon, toolshim_max_held=10)
+        with pytest.raises(exceptions.OptionsError):
+            tctx.configure(addon, toolshim_reasoning_field="thoughts")
+        third = chat_flow()
+        run_stream(addon, third, [BODY])
+        assert "upstream" not in third.metadata["toolshim"] and third.metadata["toolshim"]["calls"] == 2
+        tctx.configure(addon, toolshim_enabled=False)
+        fourth = chat_flow()
+        addon.requestheaders(fourth)
+        assert fourth.id not in addon._flows
+
+
+_NAMES = st.sampled_from([b"Content-Type", b"content-encoding", b"Content-Length", b"Transfer-Encoding", b"transfer-encoding", b"X-Other"])
+_VALUES = st.sampled_from([b"text/event-stream", b"gzip", b"chunked", b"12", b"", b"\xff\xfe"])
+
+
+@given(st.lists(st.tuples(_NAMES, _VALUES), max_size=7), st.booleans())
+def test_the_header_edits_are_mitmproxys_own(fields, chunked):
+    """`header` and `frame_as_rewritten` read and edit the raw fields in one pass: the same
+    values and fields as mitmproxy's `headers.get`, `pop` and `headers[name] = value`."""
+    theirs, ours = http.Headers(tuple(fields)), http.Headers(tuple(fields))
+    for name in (b"content-type", b"content-encoding", b"transfer-encoding"):
+        assert header(ours, name) == theirs.get(name.decode(), "")
+    theirs.pop("content-encoding", None)
+    theirs.pop("content-length", None)
+    if chunked:
+        theirs["transfer-encoding"] = "chunked"
+    frame_as_rewritten(ours, chunked)
+    assert ours.fields == theirs.fields

@@ -45,9 +45,24 @@ log = logging.getLogger(__name__)
 
 
 def log_url(flow: http.HTTPFlow) -> str:
-    """The flow's URL as the log names it: without the query, where clients may pass a key
-    (`?api-key=…`, `?key=…`), which must not reach the log (tests/test_security.py)."""
-    return flow.request.pretty_url.split("?", 1)[0]
+    """The flow's URL as the log names it (`LoggedUrl`)."""
+    return str(LoggedUrl(flow.request))
+
+
+class LoggedUrl:
+    """A request's URL as the log names it: without the query, where clients may pass a key
+    (`?api-key=…`, `?key=…`), which must not reach the log (tests/test_security.py). Worked
+    out when a line is written (`%s`): a flow whose stream keeps one and logs nothing never
+    pays for it (mitmproxy's `pretty_url` takes about 5 µs). It holds the request, not the
+    flow: the flow holds the stream."""
+
+    __slots__ = ("request",)
+
+    def __init__(self, request: http.Request) -> None:
+        self.request = request
+
+    def __str__(self) -> str:
+        return self.request.pretty_url.split("?", 1)[0]
 
 
 def safe_url(url: str) -> str:
@@ -59,11 +74,38 @@ def safe_url(url: str) -> str:
 
 
 def is_event_stream(headers: http.Headers) -> bool:
-    return headers.get("content-type", "").lower().startswith("text/event-stream")
+    return header(headers, b"content-type").lower().startswith("text/event-stream")
+
+
+def header(headers: http.Headers, name: bytes) -> str:
+    """`headers.get(name, "")` (`name` in lower case), read from the raw fields: mitmproxy's
+    own lookups convert the name of every field, and the name asked for, on each call."""
+    values = [value for key, value in headers.fields if key.lower() == name]
+    return b", ".join(values).decode("utf-8", "surrogateescape") if values else ""
+
+
+def frame_as_rewritten(headers: http.Headers, chunked: bool) -> None:
+    """The framing headers of a body rewritten as it streams, set in one pass over the raw
+    fields: no content-encoding (the body is decoded in flight) nor content-length (its length
+    changes); with `chunked` (HTTP/1.1), `transfer-encoding: chunked` in place of upstream's."""
+    fields: list[tuple[bytes, bytes]] = []
+    placed = False
+    for key, value in headers.fields:
+        name = key.lower()
+        if name == b"content-encoding" or name == b"content-length":
+            continue
+        if chunked and name == b"transfer-encoding":
+            if placed:
+                continue  # (as mitmproxy's `headers[name] = value`: the first one takes it)
+            value, placed = b"chunked", True
+        fields.append((key, value))
+    if chunked and not placed:
+        fields.append((b"transfer-encoding", b"chunked"))
+    headers.fields = tuple(fields)
 
 
 def is_json(headers: http.Headers) -> bool:
-    media = headers.get("content-type", "").lower().split(";")[0].strip()
+    media = header(headers, b"content-type").lower().split(";")[0].strip()
     return media == "application/json" or media.endswith("+json")
 
 
@@ -79,7 +121,7 @@ class StreamRewrite:
         self,
         rewriter: SseRewriter,
         decoder: Decoder,
-        url: str,
+        url: LoggedUrl | str,
         keep_upstream: bool,
         on_terminal: Callable[[bytes], None] | None = None,
         terminal_marker: bytes = b"[DONE]",
@@ -163,6 +205,28 @@ class StreamRewrite:
         self.failed = True  # should mitmproxy call again, pass bytes through
 
 
+@dataclass(frozen=True, slots=True)
+class FlowOptions:
+    """The options the hooks of every flow read, taken when they change (`load`, `configure`):
+    mitmproxy's `ctx.options.name` deep-copies the value on each read (a few microseconds,
+    seven times a flow)."""
+
+    enabled: bool
+    max_held: int
+    keep_upstream: bool
+    reasoning_preopened: str
+    reasoning_field: str
+    extensions: bool
+    parse_error_chunk: bool
+    required_action: bool
+    sign_thinking: bool
+    reasoning_placeholder: str
+
+    @classmethod
+    def of(cls, options) -> FlowOptions:
+        return cls(**{name: getattr(options, "toolshim_" + name) for name in cls.__dataclass_fields__})
+
+
 @dataclass
 class FlowState:
     """What toolshim keeps for one flow between its hooks."""
@@ -187,6 +251,7 @@ class ToolShim:
         self._repair_policy = RepairPolicy()
         self.state = ConversationState(LocalStore(10_000, 64 << 20, 6 * 3600))
         self.counters = SessionCounters()
+        self._options: FlowOptions | None = None  # (set in `load`)
 
     def load(self, loader) -> None:
         contentview.register()  # the "LLM stream" view for mitmweb and the console
@@ -322,6 +387,7 @@ class ToolShim:
         loader.add_option(
             "toolshim_state_ttl", int, 6 * 3600, "Seconds an entry of the state is kept (in-process and shared)."
         )
+        self._options = FlowOptions.of(loader.master.options)
 
     def configure(self, updated: set[str]) -> None:
         if "toolshim_filter" in updated:
@@ -359,6 +425,7 @@ class ToolShim:
         state_options = {"toolshim_state", "toolshim_state_timeout", "toolshim_state_max_entries", "toolshim_state_max_bytes", "toolshim_state_ttl"}
         if updated & state_options:
             self.state = ConversationState(self._make_store())
+        self._options = FlowOptions.of(ctx.options)  # (a value refused above is rolled back: configured again)
 
     def _make_store(self) -> LocalStore | RedisStore:
         options = ctx.options
@@ -405,7 +472,7 @@ class ToolShim:
 
     def requestheaders(self, flow: http.HTTPFlow) -> None:
         api = api_of(flow)
-        if not ctx.options.toolshim_enabled or api is None:
+        if not self._options.enabled or api is None:
             return
         if self._filter is not None and not self._filter(flow):
             return
@@ -458,7 +525,7 @@ class ToolShim:
         if repair is not None:
             original = flow.request.content
             try:
-                if repair.apply(found, ctx.options.toolshim_reasoning_placeholder):
+                if repair.apply(found, self._options.reasoning_placeholder):
                     flow.request.content = orjson.dumps(request)  # content-length follows
                 self._annotate_request(flow, repair, original)
             except Exception as exc:  # fail open: the request goes as the client sent it
@@ -487,7 +554,7 @@ class ToolShim:
             log.info("toolshim: %s: no reasoning known for %s (not restored)", log_url(flow), ", ".join(repair.misses))
         if repair.changes:
             log.info("toolshim: %s: request repaired: %s", log_url(flow), request_comment(repair.changes, []))
-            if ctx.options.toolshim_keep_upstream:
+            if self._options.keep_upstream:
                 info["original"] = original
         flow.metadata.setdefault(METADATA_KEY, {})["request"] = info
         comment = "toolshim: request: " + request_comment(repair.changes, repair.misses)
@@ -497,13 +564,12 @@ class ToolShim:
 
     def _with_options(self, context: RequestContext) -> RequestContext:
         context.dialects = self._dialects
-        preopened = ctx.options.toolshim_reasoning_preopened
-        if preopened != "auto":  # else what the request and the model say (RequestContext)
-            context.reasoning_preopened = preopened == "yes"
-        field_name = ctx.options.toolshim_reasoning_field
-        context.reasoning_field = None if field_name == "auto" else field_name
-        context.extensions = ctx.options.toolshim_extensions
-        context.parse_error_chunk = ctx.options.toolshim_parse_error_chunk
+        options = self._options
+        if options.reasoning_preopened != "auto":  # else what the request and the model say (RequestContext)
+            context.reasoning_preopened = options.reasoning_preopened == "yes"
+        context.reasoning_field = None if options.reasoning_field == "auto" else options.reasoning_field
+        context.extensions = options.extensions
+        context.parse_error_chunk = options.parse_error_chunk
         return context
 
     def _emulates(self, flow: http.HTTPFlow, request: object) -> bool:
@@ -528,23 +594,20 @@ class ToolShim:
             # Offline flows, JSON bodies, and answers another addon set whole in `request`
             # (server replay, map_local: nothing will stream) are rewritten whole in `response`.
             return
-        encoding = response.headers.get("content-encoding", "")
+        encoding = header(response.headers, b"content-encoding")
         decoder = incremental_decoder(encoding)
         if decoder is None:
             log.warning("toolshim: %s is %s-encoded, which cannot be decoded in flight; passing it through", log_url(flow), encoding)
             self._flows.pop(flow.id, None)
             response.stream = True
             return
-        response.headers.pop("content-encoding", None)
-        response.headers.pop("content-length", None)  # the body length changes
-        if flow.request.http_version == "HTTP/1.1":
-            response.headers["transfer-encoding"] = "chunked"
+        frame_as_rewritten(response.headers, chunked=flow.request.http_version == "HTTP/1.1")
         rewriter = self._stream_rewriter(state)
         state.stream = StreamRewrite(
             rewriter,
             decoder,
-            log_url(flow),
-            ctx.options.toolshim_keep_upstream,
+            LoggedUrl(flow.request),
+            self._options.keep_upstream,
             on_terminal=self._remembering(flow, state),
             terminal_marker={RESPONSES: b"response.completed", MESSAGES: b"message_stop"}.get(state.api, b"[DONE]"),
         )
@@ -583,7 +646,7 @@ class ToolShim:
         keys = state.remember
         if keys is None or not flow.live:
             return None
-        url = log_url(flow)
+        url = LoggedUrl(flow.request)
 
         def remember(sent: bytes) -> None:
             records: dict[str, bytes] = {}
@@ -593,17 +656,13 @@ class ToolShim:
 
         return remember
 
-    @staticmethod
-    def _stream_rewriter(state: FlowState) -> SseRewriter:
+    def _stream_rewriter(self, state: FlowState) -> SseRewriter:
+        options = self._options
         if state.api == MESSAGES:
-            return MessagesStreamRewriter(state.context, max_held=ctx.options.toolshim_max_held, sign_thinking=ctx.options.toolshim_sign_thinking)
+            return MessagesStreamRewriter(state.context, max_held=options.max_held, sign_thinking=options.sign_thinking)
         if state.api == RESPONSES:
-            return ResponsesStreamRewriter(
-                state.context,
-                max_held=ctx.options.toolshim_max_held,
-                required_action=ctx.options.toolshim_required_action,
-            )
-        return ChatStreamRewriter(state.context, max_held=ctx.options.toolshim_max_held)
+            return ResponsesStreamRewriter(state.context, max_held=options.max_held, required_action=options.required_action)
+        return ChatStreamRewriter(state.context, max_held=options.max_held)
 
     def _rewrite_whole_body(self, flow: http.HTTPFlow, state: FlowState) -> None:
         response = flow.response
@@ -628,10 +687,10 @@ class ToolShim:
                 return
             stats = RewriteStats()
             if state.api == MESSAGES:
-                rewritten = rewrite_messages_body(parsed, state.context, max_held=ctx.options.toolshim_max_held, stats=stats, sign_thinking=ctx.options.toolshim_sign_thinking)
+                rewritten = rewrite_messages_body(parsed, state.context, max_held=self._options.max_held, stats=stats, sign_thinking=self._options.sign_thinking)
             else:
                 rewrite_body = rewrite_response_body if state.api == RESPONSES else rewrite_chat_completion
-                rewritten = rewrite_body(parsed, state.context, max_held=ctx.options.toolshim_max_held, stats=stats)
+                rewritten = rewrite_body(parsed, state.context, max_held=self._options.max_held, stats=stats)
             changed = rewritten is not None
             new_body = orjson.dumps(parsed) if changed else body
         else:
@@ -640,7 +699,7 @@ class ToolShim:
             response.content = new_body  # re-encodes to the flow's content-encoding
         if (remember := self._remembering(flow, state)) is not None:
             remember(new_body)
-        upstream = body if changed and ctx.options.toolshim_keep_upstream else None
+        upstream = body if changed and self._options.keep_upstream else None
         self._annotate(flow, state, stats, changed=changed, upstream=upstream, failed=False)
 
     def _annotate(

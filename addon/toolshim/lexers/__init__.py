@@ -25,7 +25,7 @@ from .kimi import KimiCallNamer, KimiLexer
 from .think import REASONING_TAGS, ReasoningSplit, ThinkLexer
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)  # (compared by identity: module constants)
 class Dialect:
     name: str
     models: re.Pattern[str]  # searched in the request's model name, case-insensitively
