@@ -591,3 +591,40 @@ def test_a_marker_start_past_an_idle_first_stage_is_read_by_the_chain_in_the_lan
     assert json.loads(arguments)["command"].strip() == value.strip()
     assert sum(piece.count("<") for piece in pieces_of(value, 5)) > 10
     assert read["full"] < 8, read  # the events around the block, not the value's
+
+
+def test_an_event_that_only_looks_mirrored_is_read_in_full(monkeypatch):
+    """Kimi arguments in mirrored reasoning fields, among them events of the frame's length that
+    differ from it after the first string: the second string not the first's, the key between
+    them or the chunk's end changed. The lanes take only events the frame holds whole (what a
+    lane decodes is the first string): these go the full path's way, byte for byte."""
+    model = "moonshotai/Kimi-K2.5"
+    keys = ("reasoning", "reasoning_content")
+    context = RequestContext.from_body(json.dumps({"model": model, "tools": [BASH_CHAT], "stream": True}).encode())
+    arguments = pieces_of(json.dumps({"command": "ls -la and then some more words " * 6}), 4)
+    markers = ["<|tool_calls_section_begin|>", "<|tool_call_begin|>", "functions.bash:0", "<|tool_call_argument_begin|>"]
+    prose = pieces_of("Some words to read before the call, " * 4, 5)
+    pieces = [*prose, *markers, *arguments, "<|tool_call_end|>", "<|tool_calls_section_end|>"]
+    events = [chat_chunk(model, {"role": "assistant", "content": ""})] + [chat_chunk(model, {key: piece for key in keys}) for piece in pieces]
+    for at in range(8, len(prose), 4):  # prose whose second string may begin a marker: the quiet lane's frame
+        events[at + 1] = chat_chunk(model, {"reasoning": prose[at], "reasoning_content": "<" + prose[at][1:]})
+    odd = 0
+    for at in range(len(prose) + len(markers) + 4, len(pieces) - 2, 3):  # (the events between re-arm the lane)
+        piece, event = pieces[at], events[at + 1]
+        if piece.strip() != piece or len(piece) < 2 or '"' in piece:
+            continue  # (a piece the lane sends at once, and no quote to escape)
+        kind = odd % 3
+        if kind == 0:  # the second string another one of the same length
+            events[at + 1] = chat_chunk(model, {"reasoning": piece, "reasoning_content": piece[::-1] if piece[::-1] != piece else "#" * len(piece)})
+        elif kind == 1:  # the key between them another one of the same length
+            events[at + 1] = event.replace(b'"reasoning_content": ', b'"reasoning_contenu": ')
+        else:  # the chunk's end another one of the same length
+            events[at + 1] = event.replace(b'"logprobs": null', b'"logprobs": 1234')
+        assert len(events[at + 1]) == len(event) and events[at + 1] != event
+        odd += 1
+    events += [chat_chunk(model, {}, "stop"), b"data: [DONE]\n\n"]
+    reference, _ = rewrite(CHAT, context, [b"".join(events)], False, monkeypatch)
+    assert odd >= 9 and b'"logprobs":1234' in reference
+    for reads in (events, [b"".join(events[at : at + 8]) for at in range(0, len(events), 8)]):
+        laned, _ = rewrite(CHAT, context, reads, True, monkeypatch)
+        assert laned == reference

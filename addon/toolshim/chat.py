@@ -705,11 +705,11 @@ class ChatStreamRewriter(SseRewriter):
         else:  # mirrored fields: the same string twice (`Frame.split`, inline)
             frame = lane.frame
             extra = len(raw) - frame.fixed
-            if extra <= 0 or extra & 1 or not raw.startswith(frame.head) or not raw.endswith(frame.tail):
+            if extra <= 0 or extra & 1:
                 return None
             end = start + (extra >> 1)
-            mid = frame.mid
-            if raw[end : end + len(mid)] != mid or raw[end + len(mid) : end + len(mid) + (extra >> 1)] != raw[start:end]:
+            string = raw[start:end]
+            if b"".join((frame.head, string, frame.mid, string, frame.tail)) != raw:
                 return None
         body = raw[start - 1 : end + 1]  # the string with its quotes: one JSON string or an error
         if 10 in body:

@@ -116,20 +116,17 @@ class Frame:
     def split(self, raw: bytes) -> bytes | None:
         """The string body of `raw` when `raw` is an event of this frame, else None."""
         extra = len(raw) - self.fixed
-        if extra < 0 or not raw.startswith(self.head) or not raw.endswith(self.tail):
-            return None
-        start = len(self.head)
         mid = self.mid
         if mid is None:
-            return raw[start : start + extra]
-        if extra & 1:
+            if extra < 0 or not raw.startswith(self.head) or not raw.endswith(self.tail):
+                return None
+            return raw[len(self.head) : len(self.head) + extra]
+        if extra < 0 or extra & 1:
             return None
-        half = extra >> 1
-        body = raw[start : start + half]
-        at = start + half
-        if raw[at : at + len(mid)] != mid or raw[at + len(mid) : at + len(mid) + half] != body:
-            return None
-        return body
+        # The event rebuilt around its first string and compared at once: a join and a compare
+        # cost half what four compares of slices did.
+        body = raw[len(self.head) : len(self.head) + (extra >> 1)]
+        return body if b"".join((self.head, body, mid, body, self.tail)) == raw else None
 
 
 # Events a lane is learned from: token-sized ones (a frame of a long event would not pay).

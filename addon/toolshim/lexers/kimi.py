@@ -124,7 +124,7 @@ class KimiCallNamer:
 
     def id_for(self, header: str, name: str) -> str:
         header = header.strip()
-        usable = 0 < len(header) <= 128 and not header.isdigit() and not any(c.isspace() for c in header)
+        usable = 0 < len(header) <= 128 and not header.isdigit() and len(header.split()) == 1  # (no space within)
         if usable and not self.scope.id_taken(header):
             call_id = header
         else:
