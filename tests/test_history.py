@@ -368,17 +368,19 @@ PIECE = st.text(alphabet=st.sampled_from(['a', ' ', '"', '\\', 'é', '\x01', '\n
 @st.composite
 def chat_streams(draw):
     """Chat streams of token deltas in the shapes SteadyDeltas reads from bytes (one field,
-    mirrored fields, a call's arguments) and some it must not (two fields that differ, call ids,
-    two choices, no index), with events whose string was replaced by raw bytes (a quote
+    mirrored fields, a call's arguments) and some it must not (two fields that differ, mirrored
+    ones whose second string is another of the same length, call ids, two choices, no index), with events whose string was replaced by raw bytes (a quote
     unescaped, a cut escape: another JSON, or none)."""
     lines = []
     for _ in range(draw(st.integers(1, 40))):
-        kind = draw(st.sampled_from(["content", "reasoning_content", "mirrored", "two", "args", "call", "choices", "raw"]))
+        kind = draw(st.sampled_from(["content", "reasoning_content", "mirrored", "unlike", "two", "args", "call", "choices", "raw"]))
         piece = draw(PIECE)
         if kind in ("content", "reasoning_content"):
             delta = {kind: piece}
         elif kind == "mirrored":
             delta = {"reasoning": piece, "reasoning_content": piece}
+        elif kind == "unlike":  # the mirrored frame's length, not its second string
+            delta = {"reasoning": piece, "reasoning_content": piece[::-1]}
         elif kind == "two":
             delta = {"content": piece, "reasoning_content": piece + "x"}
         elif kind in ("args", "call"):

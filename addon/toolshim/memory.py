@@ -261,23 +261,23 @@ class SteadyDeltas:
         lines), their pieces decoded at once: where the run ends."""
         count, pieces, first = len(lines), [], at
         head, mid, tail, fixed, start = frame.head, frame.mid, frame.tail, frame.fixed, len(frame.head)
-        mid_size = len(mid) if mid is not None else 0
+        join = b"".join
         while at < count:  # (`frame.split`, inline: a stream's commonest lines)
             line = lines[at]
-            if line.startswith(head) and line.endswith(tail):
-                extra = len(line) - fixed
-                if mid is None:
-                    if extra < 0:
-                        break
+            extra = len(line) - fixed
+            if mid is None:
+                if extra >= 0 and line.startswith(head) and line.endswith(tail):
                     pieces.append(line[start : start + extra])
-                else:
-                    half = extra >> 1
-                    body, end = line[start : start + half], start + half
-                    if extra < 0 or extra & 1 or line[end : end + mid_size] != mid or line[end + mid_size : end + mid_size + half] != body:
-                        break
+                    at += 1
+                    continue
+            elif extra >= 0 and not extra & 1:
+                body = line[start : start + (extra >> 1)]
+                if join((head, body, mid, body, tail)) == line:
                     pieces.append(body)
-            elif line.startswith(b"data:"):
-                break
+                    at += 1
+                    continue
+            if line.startswith(b"data:"):
+                break  # (another event: the run ends; a line of no data is skipped)
             at += 1
         texts = _each_string(pieces)
         if texts is None:  # a piece that is no string by itself: the pieces before it, then its line
