@@ -9,9 +9,10 @@ KIND: the end-to-end bench's streams (bench/e2e.py): plain, kimi, sentinel, xml,
 messages-plain, messages-kimi (default: all). `--reads N`: events per network read (default 8,
 as in bursts; 1 as paced). `--hooks`: each flow goes through the addon's mitmproxy hooks as
 well (mitmproxy's test flows: request headers, request, response headers, the stream callable,
-response), which adds what a flow costs the addon besides its events. Each stream is 8 flows of about 200 events, fed through a fresh
-rewriter each and closed; the count is that of two passes less that of none (start-up, imports
-and a warm-up pass cancel out), per flow. Needs valgrind (Debian's package). To compare an older
+response), which adds what a flow costs the addon besides its events (and the making of those
+test flows, the same for any version). Each stream is 8 flows of about 200 events, fed through
+a fresh rewriter each and closed; the count is that of two passes less that of none (start-up,
+imports and a warm-up pass cancel out), per flow. Needs valgrind (Debian's package). To compare an older
 version, point PYTHONPATH at its `addon/` (`git worktree add /tmp/old REV`).
 """
 

@@ -369,8 +369,9 @@ PIECE = st.text(alphabet=st.sampled_from(['a', ' ', '"', '\\', 'é', '\x01', '\n
 def chat_streams(draw):
     """Chat streams of token deltas in the shapes SteadyDeltas reads from bytes (one field,
     mirrored fields, a call's arguments) and some it must not (two fields that differ, mirrored
-    ones whose second string is another of the same length, call ids, two choices, no index), with events whose string was replaced by raw bytes (a quote
-    unescaped, a cut escape: another JSON, or none)."""
+    ones whose second string is another of the same length, call ids, two choices, no index),
+    with events whose string was replaced by raw bytes (a quote unescaped, a cut escape: another
+    JSON, or none)."""
     lines = []
     for _ in range(draw(st.integers(1, 40))):
         kind = draw(st.sampled_from(["content", "reasoning_content", "mirrored", "unlike", "two", "args", "call", "choices", "raw"]))
