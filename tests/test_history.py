@@ -121,6 +121,23 @@ def test_turns_that_kept_their_reasoning_or_made_no_call_are_not_looked_up():
     assert len(HistoryRepair(request, CHAT, frozenset({"reasoning"}), backend_for("deepseek"), KEYS).wanted_keys()) == 1
 
 
+def test_only_reasoning_fields_come_back_and_a_call_without_a_function_object_is_looked_up():
+    request = {"messages": [
+        {"role": "assistant", "tool_calls": [{"id": "functions.ls:0", "type": "function", "function": "ls"}]},
+        {"role": "assistant", "tool_calls": [call("functions.cat:1", "cat")]},
+    ]}
+    repair = HistoryRepair(request, CHAT, frozenset({"reasoning"}), backend_for("kimi"), KEYS)
+    first, second = KEYS.call("functions.ls:0", None, None), KEYS.call("functions.cat:1", "cat", "{}")
+    assert repair.wanted_keys() == [first, second]
+    # A record holding more than reasoning (a shared store written by another version) gives
+    # back only the reasoning fields.
+    repair.apply({first: {"reasoning_content": "ls.", "content": "not this"}, second: {"reasoning": "cat.", "role": "user"}})
+    assert request["messages"] == [
+        {"role": "assistant", "tool_calls": [{"id": "functions.ls:0", "type": "function", "function": "ls"}], "reasoning_content": "ls."},
+        {"role": "assistant", "tool_calls": [call("functions.cat:1", "cat")], "reasoning": "cat."},
+    ]
+
+
 def test_responses_reasoning_items_go_before_the_turn_that_lost_them():
     reasoning = {"type": "reasoning", "id": "rs_1", "summary": [], "content": [{"type": "reasoning_text", "text": "Look."}]}
     output = {"output": [reasoning, {"type": "function_call", "call_id": "c1", "name": "ls", "arguments": "{}"}]}
@@ -300,6 +317,23 @@ def test_messages_kimi_ids_and_orphan_results_go_into_the_next_user_message():
     ]
     assert last["content"][0]["id"] == "functions.Bash:2"
     assert request["messages"][3] == {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "functions.Bash:2", "content": "no result was returned"}]}
+
+
+def test_messages_a_tool_result_in_an_assistant_message_answers_no_call():
+    from toolshim.apis import MESSAGES
+
+    request = {"messages": [
+        {"role": "assistant", "content": [
+            {"type": "tool_use", "id": "toolu_a", "name": "Bash", "input": {}},
+            {"type": "tool_result", "tool_use_id": "toolu_a", "content": "misplaced"},
+        ]},
+        {"role": "user", "content": "and?"},
+    ]}
+    repaired(request, api=MESSAGES, repairs=frozenset({"orphan_results"}))
+    assert request["messages"][1]["content"] == [
+        {"type": "tool_result", "tool_use_id": "toolu_a", "content": "no result was returned"},
+        {"type": "text", "text": "and?"},
+    ]
 
 
 messages_blocks = st.one_of(

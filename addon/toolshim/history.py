@@ -17,7 +17,7 @@ in a tool result, a call without a name.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,13 +42,10 @@ NO_RESULT = "no result was returned"
 _TEXT_PARTS = ("text", "input_text", "output_text")
 
 
-@dataclass(slots=True)
-class _LostTurn:
-    """An assistant turn that came back without its reasoning."""
-
-    at: int  # the client's position: Chat, the message; Responses, the turn's first item
-    item: dict[str, Any]  # that message or item (Responses: the reasoning goes before it)
-    keys: list[str]
+# An assistant turn that came back without its reasoning: (the client's position: Chat, the
+# message; Responses, the turn's first item; that message or item (Responses: the reasoning goes
+# before it); the keys it may be remembered by). A tuple: a long history has many.
+_LostTurn = tuple[int, dict[str, Any], list[str]]
 
 
 @dataclass
@@ -75,7 +72,7 @@ class HistoryRepair:
 
     def wanted_keys(self) -> list[str]:
         """The state entries the reasoning repair would read (none when nothing is lost)."""
-        return [key for turn in self._lost for key in turn.keys]
+        return [key for _, _, keys in self._lost for key in keys]
 
     def apply(self, found: Mapping[str, Any], placeholder: str = "") -> bool:
         """Make every repair; returns whether the request changed."""
@@ -109,20 +106,33 @@ class HistoryRepair:
 
     def _lost_chat_turns(self) -> list[_LostTurn]:
         all_turns = self.backend.reasoning_turns == ALL_TURNS
+        key_of_call = self.keys.call
         lost = []
         for at, message in enumerate(self.items):
             if not isinstance(message, dict) or message.get("role") != "assistant":
                 continue
-            if any(message.get(name) for name in CHAT_REASONING_FIELDS):
+            # A history of many turns is walked on every request: loops written out, no
+            # generator or comprehension where a turn has one call.
+            if not _CHAT_REASONING.isdisjoint(message) and _has_chat_reasoning(message):
                 continue
-            calls = [call for call in message.get("tool_calls") or () if isinstance(call, dict)]
-            if calls:
-                keys = [self.keys.call(call.get("id"), *_function_of(call)) for call in calls]
-            elif all_turns and message_text(message.get("content")).strip():
-                keys = [self.keys.answer(message_text(message.get("content")))]
-            else:
-                continue
-            lost.append(_LostTurn(at, message, keys))
+            keys = []
+            entries = message.get("tool_calls")
+            if isinstance(entries, list):
+                for call in entries:
+                    if isinstance(call, dict):
+                        function = call.get("function")
+                        if isinstance(function, dict):
+                            keys.append(key_of_call(call.get("id"), function.get("name"), function.get("arguments")))
+                        else:
+                            keys.append(key_of_call(call.get("id"), None, None))
+            if not keys:
+                if not all_turns:
+                    continue
+                text = message_text(message.get("content"))
+                if not text.strip():
+                    continue
+                keys.append(self.keys.answer(text))
+            lost.append((at, message, keys))
         return lost
 
     def _lost_responses_turns(self) -> list[_LostTurn]:
@@ -141,7 +151,7 @@ class HistoryRepair:
                 if not (all_turns and text.strip()):
                     continue
                 keys = [self.keys.answer(text)]
-            lost.append(_LostTurn(start, run[0], keys))
+            lost.append((start, run[0], keys))
         return lost
 
     def _lost_messages_turns(self) -> list[_LostTurn]:
@@ -163,14 +173,18 @@ class HistoryRepair:
                 keys = [self.keys.answer(message_text(content))]
             else:
                 continue
-            lost.append(_LostTurn(at, message, keys))
+            lost.append((at, message, keys))
         return lost
 
     def _restore_reasoning(self, found: Mapping[str, Any], placeholder: str) -> None:
         where = self._items_key
         restored = []
-        for turn in self._lost:
-            value = next((found[key] for key in turn.keys if key in found), None)
+        for at, item, keys in self._lost:
+            value = None
+            for key in keys:
+                if key in found:
+                    value = found[key]
+                    break
             try:  # the in-process store hands values decoded, a shared one as JSON bytes
                 reasoning = orjson.loads(value) if isinstance(value, bytes) else value
             except orjson.JSONDecodeError:  # a store holding something else: as good as nothing
@@ -178,14 +192,14 @@ class HistoryRepair:
             if not isinstance(reasoning, dict):
                 reasoning = None
             if reasoning is None:
-                self.misses.append(f"{where}[{turn.at}]")
+                self.misses.append(f"{where}[{at}]")
                 if not placeholder:
                     continue
                 reasoning = self._placeholder(placeholder)
-                self._changed(REASONING, f"{where}[{turn.at}]", placeholder=True)
+                self._changed(REASONING, f"{where}[{at}]", placeholder=True)
             else:
-                self._changed(REASONING, f"{where}[{turn.at}]")
-            restored.append((turn.item, reasoning))
+                self._changed(REASONING, f"{where}[{at}]")
+            restored.append((item, reasoning))
         if self.api == MESSAGES:
             for message, reasoning in restored:
                 blocks = [block for block in reasoning.get("blocks") or () if isinstance(block, dict)]
@@ -194,7 +208,9 @@ class HistoryRepair:
             return
         if self.api != RESPONSES:
             for message, reasoning in restored:
-                message.update({name: value for name, value in reasoning.items() if name in CHAT_REASONING_FIELDS})
+                for name, value in reasoning.items():
+                    if name in _CHAT_REASONING:
+                        message[name] = value
             return
         position = {id(item): at for at, item in enumerate(self.items)}
         for first, reasoning in sorted(restored, key=lambda pair: position[id(pair[0])], reverse=True):
@@ -244,9 +260,9 @@ class HistoryRepair:
         """(where the synthetic result goes after, the dict holding the call's id) for each call
         no result answers."""
         return [
-            (self._end_of_results(call.at), call.holder)
-            for call in links.calls
-            if isinstance(call.id, str) and id(call.holder) not in links.answered
+            (self._end_of_results(at), holder)
+            for at, _, holder, call_id, _ in links.calls
+            if isinstance(call_id, str) and id(holder) not in links.answered
         ]
 
     def _add_messages_result(self, after: int, call_id: str) -> None:
@@ -291,44 +307,58 @@ class HistoryRepair:
         conversation's calls in order of appearance (the next free number where that one is
         taken); each result follows the call it answers (`_link`)."""
         id_field, result_field = {RESPONSES: ("call_id", "call_id"), MESSAGES: ("id", "tool_use_id")}.get(self.api, ("id", "tool_call_id"))
-        kimi_form = [isinstance(call.id, str) and KIMI_ID.fullmatch(call.id) for call in links.calls]
-        taken = {int(m.group(2)) for m in kimi_form if m}
+        kimi_form = [False] * len(links.calls)
+        taken = set()
+        for index, (_, _, _, call_id, _) in enumerate(links.calls):
+            if isinstance(call_id, str) and call_id.startswith("functions."):  # the regex only where it may match
+                match = KIMI_ID.fullmatch(call_id)
+                if match:
+                    kimi_form[index] = True
+                    taken.add(int(match.group(2)))
         next_free = max(taken, default=-1) + 1
-        for index, call in enumerate(links.calls):
-            name = call.name
-            if kimi_form[index] or not isinstance(call.id, str) or not isinstance(name, str) or not name:
+        changes = self.changes  # appended to directly: a long history renames every call and result
+        for index, (at, n, holder, call_id, name) in enumerate(links.calls):
+            if kimi_form[index] or not isinstance(call_id, str) or not isinstance(name, str) or not name:
                 continue
             if index in taken:
                 index, next_free = next_free, next_free + 1
             taken.add(index)
-            call.holder[id_field] = f"functions.{name}:{index}"
-            where = {RESPONSES: f"[{call.at}]", MESSAGES: f"[{call.at}].content[{call.n}]"}.get(self.api, f"[{call.at}].tool_calls[{call.n}]")
-            self._changed(KIMI_IDS, self._items_key + where, id=call.holder[id_field])
-        for where, result in links.results:
+            renamed = holder[id_field] = f"functions.{name}:{index}"
+            changes.append({"repair": KIMI_IDS, "at": self._call_position(at, n), "id": renamed})
+        for at, n, result in links.results:
             call = links.matched.get(id(result))
             if call is not None and result[result_field] != call[id_field]:
-                result[result_field] = call[id_field]
-                self._changed(KIMI_IDS, f"{self._items_key}{where}.{result_field}", id=call[id_field])
+                renamed = result[result_field] = call[id_field]
+                where = f"{self._items_key}[{at}].content[{n}].{result_field}" if self.api == MESSAGES else f"{self._items_key}[{at}].{result_field}"
+                changes.append({"repair": KIMI_IDS, "at": where, "id": renamed})
+
+    def _call_position(self, at: int, n: int) -> str:
+        if self.api == RESPONSES:
+            return f"{self._items_key}[{at}]"
+        if self.api == MESSAGES:
+            return f"{self._items_key}[{at}].content[{n}]"
+        return f"{self._items_key}[{at}].tool_calls[{n}]"
 
 
-def _function_of(call: dict[str, Any]) -> tuple[Any, Any]:
-    function = call.get("function") if isinstance(call.get("function"), dict) else {}
-    return function.get("name"), function.get("arguments")
+_CHAT_REASONING = frozenset(CHAT_REASONING_FIELDS)
 
 
-@dataclass(slots=True)
-class _Call:
-    at: int  # the item
-    n: int  # Chat: the entry of tool_calls
-    holder: dict[str, Any]  # the dict holding the id
-    id: Any
-    name: Any
+def _has_chat_reasoning(message: dict[str, Any]) -> bool:
+    for name in CHAT_REASONING_FIELDS:
+        if message.get(name):
+            return True
+    return False
+
+
+# A call: (the item, the entry of Chat's tool_calls or Messages' content, the dict holding its id,
+# the id, the name). Tuples, not a class: a long history has a call in every other message.
+_Call = tuple[int, int, dict[str, Any], Any, Any]
 
 
 @dataclass(slots=True)
 class _Links:
     calls: list[_Call]
-    results: list[tuple[str, dict[str, Any]]]  # (where, the result) of results with a string id
+    results: list[tuple[int, int, dict[str, Any]]]  # (item, Messages: block, the result) of results with a string id
     matched: dict[int, dict[str, Any]]  # id(result) -> the holder of the call it answers
     answered: set[int]  # id(holder) of the calls some result answers
 
@@ -340,48 +370,73 @@ def _link(items: list[Any], api: str) -> _Links:
     links = _Links([], [], {}, set())
     waiting: dict[str, list[dict]] = {}
     latest: dict[str, dict] = {}
-    for at, item in enumerate(items):
-        if not isinstance(item, dict):
-            continue
-        calls, results = _calls_and_results(item, at, api)
-        for where, result, result_id in results:
-            if not isinstance(result_id, str):
-                continue
-            links.results.append((where, result))
-            queue = waiting.get(result_id)
-            call = queue.pop(0) if queue else latest.get(result_id)
-            if call is not None:
-                links.matched[id(result)] = call
-                links.answered.add(id(call))
-        for call in calls:
+    for call, result in _CALLS_AND_RESULTS.get(api, _chat_calls_and_results)(items):
+        if call is not None:
             links.calls.append(call)
-            if isinstance(call.id, str):
-                waiting.setdefault(call.id, []).append(call.holder)
-                latest[call.id] = call.holder
+            _, _, holder, call_id, _ = call
+            if isinstance(call_id, str):
+                waiting.setdefault(call_id, []).append(holder)
+                latest[call_id] = holder
+            continue
+        at, n, result, result_id = result
+        if not isinstance(result_id, str):
+            continue
+        links.results.append((at, n, result))
+        queue = waiting.get(result_id)
+        holder = queue.pop(0) if queue else latest.get(result_id)
+        if holder is not None:
+            links.matched[id(result)] = holder
+            links.answered.add(id(holder))
     return links
 
 
-def _calls_and_results(item: dict[str, Any], at: int, api: str) -> tuple[list[_Call], list[tuple[str, dict, Any]]]:
-    """The calls an item makes and the results it carries ((where, result, the id it answers))."""
-    role, kind = item.get("role"), item.get("type")
-    if api == MESSAGES:
-        content = item.get("content")
-        blocks = list(enumerate(content)) if isinstance(content, list) else []
-        if role == "assistant":
-            return [_Call(at, n, b, b.get("id"), b.get("name")) for n, b in blocks if isinstance(b, dict) and b.get("type") == "tool_use"], []
-        return [], [(f"[{at}].content[{n}]", b, b.get("tool_use_id")) for n, b in blocks if isinstance(b, dict) and b.get("type") == "tool_result"]
-    if api == RESPONSES:
+# The calls a history makes and the results it carries, in order, by API: each entry is
+# (a call, None) or (None, (the item, the block (Messages), the result, the id it answers)).
+_Result = tuple[int, int, dict[str, Any], Any]
+
+
+def _chat_calls_and_results(items: list[Any]) -> Iterator[tuple[_Call | None, _Result | None]]:
+    for at, item in enumerate(items):
+        if not isinstance(item, dict):
+            continue
+        role = item.get("role")
+        if role == "tool":
+            yield None, (at, 0, item, item.get("tool_call_id"))
+        elif role == "assistant":
+            entries = item.get("tool_calls")
+            for n, call in enumerate(entries if isinstance(entries, list) else ()):
+                if isinstance(call, dict):
+                    function = call.get("function")
+                    yield (at, n, call, call.get("id"), function.get("name") if isinstance(function, dict) else None), None
+
+
+def _responses_calls_and_results(items: list[Any]) -> Iterator[tuple[_Call | None, _Result | None]]:
+    for at, item in enumerate(items):
+        if not isinstance(item, dict):
+            continue
+        kind = item.get("type")
         if kind == "function_call_output":
-            return [], [(f"[{at}]", item, item.get("call_id"))]
-        if kind == "function_call":
-            return [_Call(at, 0, item, item.get("call_id"), item.get("name"))], []
-        return [], []
-    if role == "tool":
-        return [], [(f"[{at}]", item, item.get("tool_call_id"))]
-    if role == "assistant":
-        entries = item.get("tool_calls")
-        return [_Call(at, n, c, c.get("id"), _function_of(c)[0]) for n, c in enumerate(entries if isinstance(entries, list) else ()) if isinstance(c, dict)], []
-    return [], []
+            yield None, (at, 0, item, item.get("call_id"))
+        elif kind == "function_call":
+            yield (at, 0, item, item.get("call_id"), item.get("name")), None
+
+
+def _messages_calls_and_results(items: list[Any]) -> Iterator[tuple[_Call | None, _Result | None]]:
+    for at, item in enumerate(items):
+        content = item.get("content") if isinstance(item, dict) else None
+        if not isinstance(content, list):
+            continue
+        assistant = item.get("role") == "assistant"
+        for n, block in enumerate(content):
+            if not isinstance(block, dict):
+                continue
+            if assistant and block.get("type") == "tool_use":
+                yield (at, n, block, block.get("id"), block.get("name")), None
+            elif not assistant and block.get("type") == "tool_result":
+                yield None, (at, n, block, block.get("tool_use_id"))
+
+
+_CALLS_AND_RESULTS = {RESPONSES: _responses_calls_and_results, MESSAGES: _messages_calls_and_results}
 
 
 def _model_runs(items: list[Any]) -> list[tuple[int, list[dict[str, Any]]]]:
