@@ -198,7 +198,7 @@ class HistoryRepair:
                 reasoning = self._placeholder(placeholder)
                 self._changed(REASONING, f"{where}[{at}]", placeholder=True)
             else:
-                self._changed(REASONING, f"{where}[{at}]")
+                self.changes.append({"repair": REASONING, "at": f"{where}[{at}]"})
             restored.append((item, reasoning))
         if self.api == MESSAGES:
             for message, reasoning in restored:
@@ -367,27 +367,34 @@ def _link(items: list[Any], api: str) -> _Links:
     """The calls and results of a history, and which call each result answers: the earliest
     call before it with its id that no result answered yet, else (a result repeated) the
     latest call with its id."""
-    links = _Links([], [], {}, set())
-    waiting: dict[str, list[dict]] = {}
+    calls: list[_Call] = []
+    results: list[tuple[int, int, dict[str, Any]]] = []
+    matched: dict[int, dict[str, Any]] = {}
+    answered: set[int] = set()
+    waiting: dict[str, list[dict]] = {}  # the calls of an id no result answered yet, in order
     latest: dict[str, dict] = {}
     for call, result in _CALLS_AND_RESULTS.get(api, _chat_calls_and_results)(items):
         if call is not None:
-            links.calls.append(call)
+            calls.append(call)
             _, _, holder, call_id, _ = call
             if isinstance(call_id, str):
-                waiting.setdefault(call_id, []).append(holder)
+                queue = waiting.get(call_id)
+                if queue is None:
+                    waiting[call_id] = [holder]
+                else:
+                    queue.append(holder)
                 latest[call_id] = holder
             continue
         at, n, result, result_id = result
         if not isinstance(result_id, str):
             continue
-        links.results.append((at, n, result))
+        results.append((at, n, result))
         queue = waiting.get(result_id)
         holder = queue.pop(0) if queue else latest.get(result_id)
         if holder is not None:
-            links.matched[id(result)] = holder
-            links.answered.add(id(holder))
-    return links
+            matched[id(result)] = holder
+            answered.add(id(holder))
+    return _Links(calls, results, matched, answered)
 
 
 # The calls a history makes and the results it carries, in order, by API: each entry is
