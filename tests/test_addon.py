@@ -15,7 +15,8 @@ from mitmproxy.test import taddons, tflow, tutils
 from harness import Mitmdump, read_flows, sse_body
 from kimi import SEED_000, kimi_chunks
 from toolshim import chat
-from toolshim.addon import ToolShim, frame_as_rewritten, header
+from toolshim.addon import StreamRewrite, ToolShim, frame_as_rewritten, header
+from toolshim.encoding import incremental_decoder
 from wire import check_chat_stream
 
 BODY = sse_body(kimi_chunks("k2", SEED_000))
@@ -55,6 +56,33 @@ def test_stream_callable_rewrites_and_fixes_framing_headers():
         assert flow.metadata["toolshim"]["upstream"] == BODY
         assert flow.metadata["toolshim"]["calls"] == 2
         assert addon._flows == {}
+
+
+class Pieces:
+    """A rewriter that sends, for each read, the pieces it is given (empty ones among them)."""
+
+    failure = None
+
+    def __init__(self, *reads: list[bytes]) -> None:
+        self.reads = list(reads)
+
+    def feed(self, data: bytes) -> list[bytes]:
+        return self.reads.pop(0)
+
+    def close(self) -> list[bytes]:
+        return []
+
+
+@pytest.mark.parametrize("last_read", [[b"data: [DONE]\n\n"], [b"data: {}\n\n", b"", b"data: [DONE]\n\n"]])
+def test_what_the_client_got_is_handed_on_once_when_the_terminal_event_goes_out(last_read):
+    """Remembering must not wait for mitmproxy's end of the stream: the client may send its next
+    request first. Empty pieces never go out (HTTP/1.1 would read one as the body's end)."""
+    handed = []
+    stream = StreamRewrite(Pieces([b"data: {}\n\n", b""], last_read), incremental_decoder(""), "u", False, on_terminal=handed.append)
+    assert stream(b"read 1") == [b"data: {}\n\n"] and handed == []
+    assert stream(b"read 2") == [piece for piece in last_read if piece]
+    assert handed == [b"".join([b"data: {}\n\n", *last_read])]
+    assert stream(b"") == [] and len(handed) == 1
 
 
 def test_filter_option_narrows_the_scope():

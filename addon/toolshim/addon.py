@@ -161,11 +161,18 @@ class StreamRewrite:
             except Exception as exc:  # the framing itself broke: forward what it held, as is
                 self._fail(exc)
                 out = [self._pending_after_failure()]
-        out = [piece for piece in out if piece]
+        # (Called for every network read: no comprehension or generator where a read is one piece.)
+        if b"" in out:
+            out = [piece for piece in out if piece]
         self.sent.extend(out)
-        if self.on_terminal is not None and (end or any(self.terminal_marker in piece for piece in out)):
+        if self.on_terminal is not None and (end or self._carries_terminal(out)):
             self.terminal_reached()
         return out
+
+    def _carries_terminal(self, out: list[bytes]) -> bool:
+        if len(out) == 1:
+            return self.terminal_marker in out[0]
+        return any(self.terminal_marker in piece for piece in out)
 
     def terminal_reached(self) -> None:
         """Hand what the client got to `on_terminal`, once (a stream cut short: at its end)."""
