@@ -92,6 +92,20 @@ def test_what_the_client_was_sent_comes_back_under_each_of_its_calls():
     assert repair.changes == [{"repair": "reasoning", "at": "messages[1]"}] and repair.misses == []
 
 
+def test_turns_are_read_the_same_whatever_the_line_ends():
+    from anthropic_stream import block_events, sse, tool_use_events
+
+    steady = [chunk("k", {"reasoning_content": piece, "reasoning": piece}) for piece in ("Two ", "fi", "les", ".")]
+    chat = sse_body([*steady, chunk("k", {"tool_calls": [{"index": 0, "id": "functions.ls:0", "type": "function", "function": {"name": "ls", "arguments": "{}"}}]}, "tool_calls")])
+    messages = sse([*block_events(0, "thinking", ["Run ", "it."], signature="sig"), *tool_use_events(1, "toolu_1", "Bash", ['{"command":', ' "ls"}'])])
+    for api, body in ((CHAT, chat), (MESSAGES, messages)):
+        assert b"\r" not in body
+        [turn] = turns_given(api, body)
+        assert turn.reasoning and turn.calls
+        for end in (b"\r\n", b"\r"):
+            assert turns_given(api, body.replace(b"\n", end)) == [turn]
+
+
 def test_other_conversations_and_credentials_do_not_match():
     body = orjson.dumps({"choices": [{"message": {"reasoning_content": "secret", "tool_calls": [call("functions.ls:0")]}}]})
     store = remembered(CHAT, body)

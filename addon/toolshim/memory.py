@@ -179,8 +179,15 @@ def _dicts(value: Any) -> list[dict]:
     return [item for item in value if isinstance(item, dict)] if isinstance(value, list) else []
 
 
+def _lines(body: bytes) -> list[bytes]:
+    """`body.splitlines()`; split at LF alone where there is no CR: a scan for one byte, where
+    `splitlines` looks at every byte for both (0.36 M of the 2.3 M instructions it took to
+    remember bench/e2e.py's Kimi flow)."""
+    return body.split(b"\n") if body.find(b"\r") < 0 else body.splitlines()
+
+
 def _data_lines(body: bytes) -> Iterable[bytes]:
-    for line in body.splitlines():
+    for line in _lines(body):
         if line.startswith(b"data:") and not line[5:].lstrip().startswith(b"[DONE]"):
             yield line
 
@@ -198,7 +205,7 @@ def _sse_data(body: bytes, wanted: re.Pattern[bytes] | None = None) -> Iterable[
 def _unsteady_events(body: bytes, steady: SteadyDeltas | None) -> Iterable[tuple[bytes, Any]]:
     """Each data line that `steady` did not take, with its JSON (lines that are none, `[DONE]`
     among them, are skipped). Lazy: what the caller learns from one line serves the next."""
-    lines = list(filter(None, body.splitlines()))  # (without the blank lines, in C)
+    lines = list(filter(None, _lines(body)))  # (without the blank lines, in C)
     at, count = 0, len(lines)
     while at < count:
         if steady is not None:
