@@ -59,7 +59,6 @@ def kimi_history(turns: int = 100, size: int = 1 << 20) -> tuple[bytes, LocalSto
 def repair_seconds(body: bytes, store: LocalStore, rounds: int) -> tuple[float, float, int]:
     """(median seconds of the repair after the parse, median seconds of the parse, changes)."""
     repairs, parses, changes = [], [], 0
-    request = repair = out = None
     for _ in range(rounds):
         # The last round's request (1 MB of objects) and output go before the clock starts, as the
         # addon is done with one request before it parses the next: kept alive into the next
