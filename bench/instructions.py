@@ -12,8 +12,8 @@ well (mitmproxy's test flows: request headers, request, response headers, the st
 response), which adds what a flow costs the addon besides its events (and the making of those
 test flows, the same for any version). Each stream is 8 flows of about 200 events, fed through
 a fresh rewriter each and closed; the count is that of two passes less that of none (start-up,
-imports and a warm-up pass cancel out), per flow. Needs valgrind (Debian's package). To compare an older
-version, point PYTHONPATH at its `addon/` (`git worktree add /tmp/old REV`).
+imports and a warm-up pass cancel out), per flow. Needs valgrind (Debian's package). To compare
+an older version, point PYTHONPATH at its `addon/` (`git worktree add /tmp/old REV`).
 """
 
 from __future__ import annotations

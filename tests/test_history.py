@@ -321,7 +321,13 @@ def test_messages_kimi_ids_and_orphan_results_go_into_the_next_user_message():
         {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_a", "content": "x"}, {"type": "text", "text": "and?"}]},
         {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_c", "name": "Bash", "input": {}}]},
     ]}
-    repaired(request, api=MESSAGES, repairs=frozenset({"kimi_ids", "orphan_results"}))
+    repair = repaired(request, api=MESSAGES, repairs=frozenset({"kimi_ids", "orphan_results"}))
+    assert [(c["at"], c["id"]) for c in repair.changes if c["repair"] == "kimi_ids"] == [
+        ("messages[0].content[1]", "functions.Bash:0"),
+        ("messages[0].content[2]", "functions.Read:1"),
+        ("messages[2].content[0]", "functions.Bash:2"),
+        ("messages[1].content[0].tool_use_id", "functions.Bash:0"),
+    ]
     first, answer, last = request["messages"][:3]
     assert [b.get("id") for b in first["content"]] == [None, "functions.Bash:0", "functions.Read:1"]
     assert answer["content"] == [

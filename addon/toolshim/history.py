@@ -329,8 +329,7 @@ class HistoryRepair:
             call = links.matched.get(id(result))
             if call is not None and result[result_field] != call[id_field]:
                 renamed = result[result_field] = call[id_field]
-                where = f"{self._items_key}[{at}].content[{n}].{result_field}" if self.api == MESSAGES else f"{self._items_key}[{at}].{result_field}"
-                changes.append({"repair": KIMI_IDS, "at": where, "id": renamed})
+                changes.append({"repair": KIMI_IDS, "at": f"{self._result_position(at, n)}.{result_field}", "id": renamed})
 
     def _call_position(self, at: int, n: int) -> str:
         if self.api == RESPONSES:
@@ -338,6 +337,11 @@ class HistoryRepair:
         if self.api == MESSAGES:
             return f"{self._items_key}[{at}].content[{n}]"
         return f"{self._items_key}[{at}].tool_calls[{n}]"
+
+    def _result_position(self, at: int, n: int) -> str:
+        if self.api == MESSAGES:
+            return f"{self._items_key}[{at}].content[{n}]"
+        return f"{self._items_key}[{at}]"
 
 
 _CHAT_REASONING = frozenset(CHAT_REASONING_FIELDS)
