@@ -15,7 +15,7 @@ from mitmproxy.test import taddons, tflow, tutils
 from harness import Mitmdump, read_flows, sse_body
 from kimi import SEED_000, kimi_chunks
 from toolshim import chat
-from toolshim.addon import StreamRewrite, ToolShim, frame_as_rewritten, header
+from toolshim.addon import CHAT_TERMINAL, MESSAGES_TERMINAL, RESPONSES_TERMINAL, StreamRewrite, ToolShim, frame_as_rewritten, header
 from toolshim.encoding import incremental_decoder
 from wire import check_chat_stream
 
@@ -83,6 +83,52 @@ def test_what_the_client_got_is_handed_on_once_when_the_terminal_event_goes_out(
     assert stream(b"read 2") == [piece for piece in last_read if piece]
     assert handed == [b"".join([b"data: {}\n\n", *last_read])]
     assert stream(b"") == [] and len(handed) == 1
+
+
+CHAT_TEXT = b'data: {"choices":[{"index":0,"delta":{"content":"say data: [DONE] or [DONE]"}}]}\n\n'
+RESPONSES_TEXT = (
+    b"event: response.output_text.delta\n"
+    b'data: {"type":"response.output_text.delta","delta":"response.completed, \\"type\\":\\"response.completed\\""}\n\n'
+)
+MESSAGES_TEXT = (
+    b"event: content_block_delta\n"
+    b'data: {"type":"content_block_delta","delta":{"type":"text_delta","text":"message_stop \\"type\\": \\"message_stop\\""}}\n\n'
+)
+
+
+@pytest.mark.parametrize(
+    ("terminal", "text", "event"),
+    [
+        (CHAT_TERMINAL, CHAT_TEXT, b"data: [DONE]\n\n"),
+        (CHAT_TERMINAL, CHAT_TEXT.replace(b"\n", b"\r\n"), b"data:[DONE]\r\n\r\n"),
+        (RESPONSES_TERMINAL, RESPONSES_TEXT, b'event: response.completed\ndata: {"type": "response.completed", "response": {}}\n\n'),
+        (MESSAGES_TERMINAL, MESSAGES_TEXT, b'event: message_stop\ndata: {"type":"message_stop"}\n\n'),
+    ],
+)
+def test_a_text_that_names_the_terminal_event_is_not_the_event(terminal, text, event):
+    """Remembering at a `[DONE]` the model wrote would leave out the turn's later calls."""
+    handed = []
+    stream = StreamRewrite(Pieces([text], [text, text], [event]), incremental_decoder(""), "u", False, on_terminal=handed.append, terminal=terminal)
+    assert stream(b"read 1") == [text] and stream(b"read 2") == [text, text]
+    assert handed == []
+    stream(b"read 3")
+    assert handed == [text * 3 + event]
+
+
+def test_the_terminal_event_is_seen_in_a_stream_s_first_read_and_not_mid_line():
+    """A read that starts with `data: [DONE]` is the event only where a line starts: after a
+    line end or at the stream's start (after a failure, reads pass as they came, split anywhere)."""
+    handed = []
+    first = StreamRewrite(Pieces([b"data: [DONE]\n\n"]), incremental_decoder(""), "u", False, on_terminal=handed.append)
+    first(b"read 1")
+    assert handed == [b"data: [DONE]\n\n"]
+    handed.clear()
+    mid_line = StreamRewrite(Pieces([b'data: {"x": "'], [b'data: [DONE]"}\n\n']), incremental_decoder(""), "u", False, on_terminal=handed.append)
+    mid_line(b"read 1")
+    mid_line(b"read 2")
+    assert handed == []
+    mid_line(b"")
+    assert handed == [b'data: {"x": "data: [DONE]"}\n\n']  # the stream's end hands it on
 
 
 def test_filter_option_narrows_the_scope():

@@ -109,6 +109,24 @@ def is_json(headers: http.Headers) -> bool:
     return media == "application/json" or media.endswith("+json")
 
 
+@dataclass(frozen=True, slots=True)
+class TerminalEvent:
+    """How the stream callable sees an API's terminal event among the bytes that go out: `needle`
+    is a cheap test of every read, `framing` tells the event from a model's text that merely
+    names it. JSON escapes every quote and line end inside a string, so `"type":"message_stop"`
+    or a line that starts `data: [DONE]` can only be the event's own framing."""
+
+    needle: bytes
+    framing: re.Pattern[bytes]
+
+
+# Chat's framing is searched with the byte sent before the read's output in front (a line end
+# at the stream's start): the rewriter sends whole events, so `[DONE]` opens a line.
+CHAT_TERMINAL = TerminalEvent(b"[DONE]", re.compile(rb"[\r\n]data: ?\[DONE\]"))
+RESPONSES_TERMINAL = TerminalEvent(b"response.completed", re.compile(rb'"type"\s*:\s*"response\.completed"'))
+MESSAGES_TERMINAL = TerminalEvent(b"message_stop", re.compile(rb'"type"\s*:\s*"message_stop"'))
+
+
 class StreamRewrite:
     """The `flow.response.stream` callable of one flow.
 
@@ -124,7 +142,7 @@ class StreamRewrite:
         url: LoggedUrl | str,
         keep_upstream: bool,
         on_terminal: Callable[[bytes], None] | None = None,
-        terminal_marker: bytes = b"[DONE]",
+        terminal: TerminalEvent = CHAT_TERMINAL,
     ) -> None:
         self.rewriter = rewriter
         self.decoder = decoder
@@ -136,7 +154,7 @@ class StreamRewrite:
         # Called once with everything sent, when the terminal event has gone to the client: the
         # client may send its next request before mitmproxy's `response` hook fires.
         self.on_terminal = on_terminal
-        self.terminal_marker = terminal_marker
+        self.terminal = terminal
 
     def __call__(self, data: bytes) -> list[bytes]:
         end = not data
@@ -170,9 +188,18 @@ class StreamRewrite:
         return out
 
     def _carries_terminal(self, out: list[bytes]) -> bool:
+        """Whether `out`, the read's output (already at the end of `sent`), holds the terminal
+        event. A model that writes `[DONE]` or `message_stop` in its text must not have the turn
+        remembered there: its later calls would be missing."""
+        needle = self.terminal.needle
         if len(out) == 1:
-            return self.terminal_marker in out[0]
-        return any(self.terminal_marker in piece for piece in out)
+            if needle not in out[0]:
+                return False
+        elif not any(needle in piece for piece in out):
+            return False
+        first = len(self.sent) - len(out)  # rare from here: once a stream, or text naming the event
+        before = self.sent[first - 1][-1:] if first else b"\n"
+        return self.terminal.framing.search(before + b"".join(out)) is not None
 
     def terminal_reached(self) -> None:
         """Hand what the client got to `on_terminal`, once (a stream cut short: at its end)."""
@@ -616,7 +643,7 @@ class ToolShim:
             LoggedUrl(flow.request),
             self._options.keep_upstream,
             on_terminal=self._remembering(flow, state),
-            terminal_marker={RESPONSES: b"response.completed", MESSAGES: b"message_stop"}.get(state.api, b"[DONE]"),
+            terminal={RESPONSES: RESPONSES_TERMINAL, MESSAGES: MESSAGES_TERMINAL}.get(state.api, CHAT_TERMINAL),
         )
         response.stream = state.stream
 
