@@ -15,6 +15,7 @@ import pytest
 from test_fuzz import by_event
 from test_lanes import BASH_CHAT, check, cut_points, pieces_of, rewrite
 from toolshim import responses, sse
+from toolshim.lexers import base, engine, think
 from toolshim.apis import RESPONSES
 from toolshim.responses import ResponsesStreamRewriter
 from toolshim.tools import RequestContext
@@ -116,6 +117,52 @@ def test_the_lanes_are_taken(name, monkeypatch):
     monkeypatch.setattr(responses, "parse_block", sse.parse_block)
     rewrite_plain(STREAMS[name])
     assert len(parsed) < len(by_event(STREAMS[name])) / 3, (name, len(parsed))
+
+
+def test_prose_after_a_call_goes_out_renumbered_without_the_lexer(monkeypatch):
+    """Text after a call goes to an item of ours (new ids, new numbers), so `passes_plain_delta`
+    cannot pass it: the held lane renumbers it, and text in which no marker can start does not
+    go through the (idle) lexer. Only the first delta after the call is read."""
+    fed = []
+    for module in (base, engine, think):
+        for cls in vars(module).values():
+            if isinstance(cls, type) and "feed" in vars(cls):
+                monkeypatch.setattr(cls, "feed", counted(vars(cls)["feed"], fed))
+    rewriter = ResponsesStreamRewriter(context())
+    events = by_event(STREAMS["cut by a call, number last"])
+    after_call = False
+    read_after_call = prose_after_call = 0
+    for event in events:
+        fed.clear()
+        out = b"".join(rewriter.feed(event))
+        if after_call and b'"response.output_text.delta"' in out:
+            prose_after_call += 1
+            read_after_call += bool(fed)
+        after_call = after_call or b"response.function_call_arguments.done" in out
+    assert rewriter.stats.calls == 1 and prose_after_call == len(pieces_of(PROSE, 7))
+    assert read_after_call == 1, read_after_call
+
+
+@pytest.mark.parametrize("number_last", [False, True])
+def test_markup_in_prose_that_went_out_past_the_lexer(number_last, monkeypatch):
+    """Prose between two calls, the lanes on and off: the second call's markup, in text the lane
+    renumbered without the lexer, is read by it (and text inside the call no longer passes)."""
+    pieces = CUT_BY_A_CALL + pieces_of(CALL, 8) + pieces_of(PROSE, 9)
+    body = stream(pieces, number_last=number_last)
+    events = by_event(body)
+    out = check(RESPONSES, context(), body, [events, [b"".join(events[i : i + 3]) for i in range(0, len(events), 3)]], monkeypatch)
+    done = [json.loads(line[6:]) for line in out.split(b"\n") if line.startswith(b'data: {"type":"response.output_item.done"')]
+    assert [(event["output_index"], event["item"]["type"]) for event in done] == [
+        (0, "message"), (1, "function_call"), (2, "message"), (3, "function_call"), (4, "message"),
+    ]  # fmt: skip
+
+
+def counted(feed, fed: list):
+    def counting(self, text):
+        fed.append(text)
+        return feed(self, text)
+
+    return counting
 
 
 def odd_delta(body: bytes, digits: bytes, number_last: bool) -> bytes:

@@ -1121,9 +1121,14 @@ class TextLane:
     frame: NumberedFrame
     source: SourceItem
     key: int  # the part's content_index
+    lexer: Lexer  # the part's
     leaf: Lexer
     path: list[Lexer]
     finished: bool  # the lexers around the leaf were finished last (see chat.ArgsLane)
+    # The part's lexer is idle and its text goes out renumbered (`text`): text in which no
+    # marker can start goes out without it. Set where the lane is armed, and after the lane
+    # feeds the lexer (False where it may no longer be idle: always safe).
+    quiet: bool = False
     call: OpenCall | None = None  # the call open in this part, if any
     args: Rendered | None = None
     piece: PieceItem | None = None  # where text as it came goes, renumbered
@@ -1162,7 +1167,16 @@ def held_reader(lane: TextLane, core: ResponsesRewriter) -> Direct:
             return None
         if not text:
             return None
+        if lane.quiet and not markup_may_start(raw[start:end]):
+            # `passes_plain_delta`'s case where the numbering is ours: the lexer, idle, would
+            # give back text in which no marker can start as it came (prose after a call).
+            lane.piece.add_text(lane.key, text)
+            seq = core._seq
+            core._seq = seq + 1
+            body = raw[start:end] if raw.find(b"\\", start, end) < 0 else dumps(text)[1:-1]
+            return [lane.text.event(body, seq)]
         segments = leaf.feed(text)
+        lane.quiet = False
         if not segments:
             lane.source.altered = True
             if lane.text is None and leaf.idle:  # the next deltas may pass as they came: the full path decides
@@ -1179,6 +1193,7 @@ def held_reader(lane: TextLane, core: ResponsesRewriter) -> Direct:
                 body = raw[start:end] if piece == text and raw.find(b"\\", start, end) < 0 else dumps(piece)[1:-1]
                 return [lane.args.event(body, seq)]
             if kind is Text and lane.text is not None and segments[0].text == text:
+                lane.quiet = lane.lexer.idle
                 lane.piece.add_text(lane.key, text)
                 seq = core._seq
                 core._seq = seq + 1
@@ -1336,7 +1351,7 @@ class ResponsesStreamRewriter(SseRewriter):
         if frame is None or frame.carries_fields:
             return
         leaf, path = live_path(lexer)
-        lane = TextLane(frame, source, key, leaf, path, bool(segments) and type(segments[-1]) in (CallArgs, CallBegin))
+        lane = TextLane(frame, source, key, lexer, leaf, path, bool(segments) and type(segments[-1]) in (CallArgs, CallBegin))
         call = core._calls.get((source.id, key))
         if call is not None:
             probe = {**arguments_delta(call, "\x00"), "sequence_number": _SENTINEL_NUMBER}
@@ -1349,8 +1364,10 @@ class ResponsesStreamRewriter(SseRewriter):
             if any(event.get(key_name) != value for key_name, value in changes.items()):
                 probe = {**event, **changes, "delta": "\x00", "sequence_number": _SENTINEL_NUMBER}
                 lane.piece, lane.text = piece, Rendered.of(self._encode(Outgoing(probe, name)))
-        if lexer.idle and lane.text is None:
-            return  # the full path (`passes_plain_delta`) takes plain text
+        if lexer.idle:
+            if lane.text is None:
+                return  # the full path (`passes_plain_delta`) takes plain text
+            lane.quiet = True
         lane.read = held_reader(lane, core)
         self._held = lane
         self._direct = self._lane_direct(lane.read)
