@@ -157,6 +157,19 @@ def test_markup_in_prose_that_went_out_past_the_lexer(number_last, monkeypatch):
     ]  # fmt: skip
 
 
+def test_a_bracket_marker_begun_at_the_end_of_prose_after_a_call(monkeypatch):
+    """Mistral's `[TOOL_CALLS]`, its start at the end of a delta (`… [TOO`) in prose after a
+    call: a marker may begin there (the string's closing quote tells), so the lexer reads it."""
+    model = "mistralai/Devstral-Small-2507"
+    call = '[TOOL_CALLS]bash[ARGS]{"command": "ls -la"}'
+    body = stream([*pieces_of("Let me look.", 3), call, *pieces_of(" Then some prose, and", 4), " again [TOO", "L_CALLS]bash", '[ARGS]{"command": "pwd"}', " done."])
+    context = RequestContext.from_body(json.dumps({"model": model, "input": "hi", "tools": [BASH], "stream": True}).encode())
+    events = by_event(body)
+    out = check(RESPONSES, context, body, [events, [b"".join(events[i : i + 3]) for i in range(0, len(events), 3)]], monkeypatch)
+    done = [json.loads(line[6:]) for line in out.split(b"\n") if line.startswith(b'data: {"type":"response.output_item.done"')]
+    assert [event["item"]["type"] for event in done] == ["message", "function_call", "message", "function_call", "message"]
+
+
 def counted(feed, fed: list):
     def counting(self, text):
         fed.append(text)

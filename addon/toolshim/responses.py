@@ -1167,9 +1167,10 @@ def held_reader(lane: TextLane, core: ResponsesRewriter) -> Direct:
             return None
         if not text:
             return None
-        if lane.quiet and not markup_may_start(raw[start:end]):
+        if lane.quiet and not markup_may_start(raw[start - 1 : end + 1]):
             # `passes_plain_delta`'s case where the numbering is ours: the lexer, idle, would
             # give back text in which no marker can start as it came (prose after a call).
+            # (The string with its quotes: a bracket marker begun at its end is told by the quote.)
             lane.piece.add_text(lane.key, text)
             seq = core._seq
             core._seq = seq + 1
