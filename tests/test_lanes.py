@@ -511,6 +511,62 @@ def test_a_messages_block_made_late_reads_as_one_made_at_its_start(pieces, monke
         check(MESSAGES, messages_context(model), body, event_cuts(body, 5), monkeypatch)
 
 
+MINIMAX_CALL = '<minimax:tool_call>\n<invoke name="bash">\n<parameter name="command">ls -la</parameter>\n</invoke>\n</minimax:tool_call>\n'
+MESSAGES_PROSE = 'Plain prose with "quotes", a [bracket], a back\\slash, a tab\tand a café, 中文 and 😀 emoji; then more words. '
+
+
+def test_messages_prose_after_a_call_goes_out_renumbered_without_the_lexer(monkeypatch):
+    """Text after a call goes to a block of ours (a new index), so no quiet lane passes it: the
+    block lane renumbers it, and text in which no marker can start does not go through the
+    (idle) lexer. Only the first delta after the call is read."""
+    from anthropic_stream import block_events, stream
+
+    from toolshim.lexers import base, engine, think, tokens
+
+    fed: list[str] = []
+    for module in (base, engine, think, tokens):
+        for cls in vars(module).values():
+            if isinstance(cls, type) and "feed" in vars(cls):
+                monkeypatch.setattr(cls, "feed", counted(vars(cls)["feed"], fed))
+    model = "MiniMax-M2"
+    after = pieces_of(MESSAGES_PROSE, 7)
+    body = stream(model, block_events(0, "text", [*pieces_of(MESSAGES_PROSE, 5), *pieces_of(MINIMAX_CALL, 6), *after]))
+    rewriter = MessagesStreamRewriter(messages_context(model))
+    after_call = False
+    read_after_call = prose_after_call = 0
+    for event in by_event(body):
+        fed.clear()
+        out = b"".join(rewriter.feed(event))
+        if after_call and b'"index":2,"delta":{"type":"text_delta"' in out:
+            prose_after_call += 1
+            read_after_call += bool(fed)
+        after_call = after_call or b'"type":"tool_use"' in out
+    assert rewriter.stats.calls == 1 and prose_after_call == len(after)
+    # the first, and those where a marker may start (`text_may_start_markup`: `[b` here)
+    assert read_after_call == 1 + sum("[" in piece or "<" in piece for piece in after[1:]) == 2
+
+
+def counted(feed, fed: list):
+    def counting(self, text):
+        fed.append(text)
+        return feed(self, text)
+
+    return counting
+
+
+@pytest.mark.parametrize(("model", "kind", "call", "count"), [("MiniMax-M2", "text", MINIMAX_CALL, 2), ("moonshotai/Kimi-K2.5", "thinking", KIMI_TEXT, 4)])
+def test_messages_markup_in_prose_that_went_out_past_the_lexer(model, kind, call, count, monkeypatch):
+    """Prose between two calls, the lanes on and off, in every event cut: the second call's
+    markup, in text the lane renumbered without the lexer, is read by it."""
+    from anthropic_stream import block_events, stream
+
+    pieces = [*pieces_of(MESSAGES_PROSE, 5), *pieces_of(call, 6), *pieces_of(MESSAGES_PROSE, 7), *pieces_of(call, 8), *pieces_of(MESSAGES_PROSE, 9)]
+    body = stream(model, block_events(0, kind, pieces))
+    reference = check(MESSAGES, messages_context(model), body, event_cuts(body, 5), monkeypatch)
+    starts = [json.loads(line[6:]) for line in reference.split(b"\n") if line.startswith(b'data: {"type":"content_block_start"')]
+    assert sum(start["content_block"]["type"] == "tool_use" for start in starts) == count  # (KIMI_TEXT holds two)
+
+
 def test_a_read_of_deltas_of_two_blocks_is_read_when_one_holds_markup(monkeypatch):
     """Two text blocks open at once (upstream interleaves them): block 0 quiet, block 1 inside a
     `<tool_call>`. A read of deltas of both passes unread only if every one is of a quiet block:

@@ -711,6 +711,10 @@ class BlockLane:
     text: tuple[bytes, bytes] | None = None
     as_came: bool = False  # text as it came goes as it came (its block under upstream's number)
     quiet_if_idle: bool = False  # the block is quiet once its lexer is idle (`_find_quiet_blocks`)
+    # Its text goes out renumbered (`text`) and the block's lexer is idle: text in which no
+    # marker can start goes out without it. Set where the lane is armed, and after the lane
+    # feeds the lexer (False where it may no longer be idle: always safe).
+    quiet: bool = False
     start: int = 0  # where the string's body begins
 
     def __post_init__(self) -> None:
@@ -901,6 +905,7 @@ class MessagesStreamRewriter(SseRewriter):
         lane.quiet_if_idle = (
             current is not None and source.open_call is None and not source.as_content and current.index == source.index and current.kind == source.kind
         )
+        lane.quiet = lane.text is not None and not lane.quiet_if_idle and source.lexer.idle
         self._block = lane
         self._direct = self._lane_direct(type(self)._block_read)
 
@@ -919,7 +924,15 @@ class MessagesStreamRewriter(SseRewriter):
             return None
         if not text:
             return None
+        if lane.quiet and not text_may_start_markup(text):
+            # What the idle lexer would give back, as it came (prose after a call), renumbered.
+            lane.source.produced = True
+            if lane.as_came:
+                return [raw]
+            head, tail = lane.text
+            return [head + (body if 92 not in body else orjson.dumps(text)[1:-1]) + tail]
         segments = lane.leaf.feed(text)
+        lane.quiet = False
         if lane.quiet_if_idle and lane.leaf.idle:  # the block is quiet again (the full path works it out after each event)
             self._block = self._direct = None
             self._find_quiet_blocks()
@@ -937,6 +950,7 @@ class MessagesStreamRewriter(SseRewriter):
                     return [head + (escaped if escaped is not None else orjson.dumps(piece)[1:-1]) + tail]
             elif kind is Text and piece and lane.text is not None:
                 lane.source.produced = True
+                lane.quiet = piece == text and not lane.quiet_if_idle and lane.source.lexer.idle
                 if lane.as_came and piece == text:
                     return [raw]
                 head, tail = lane.text
