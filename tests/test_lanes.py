@@ -521,6 +521,19 @@ def test_messages_prose_after_a_call_goes_out_renumbered_without_the_lexer(monke
     (idle) lexer. Only the first delta after the call is read."""
     from anthropic_stream import block_events, stream
 
+    model = "MiniMax-M2"
+    after = pieces_of(MESSAGES_PROSE, 7)
+    body = stream(model, block_events(0, "text", [*pieces_of(MESSAGES_PROSE, 5), *pieces_of(MINIMAX_CALL, 6), *after]))
+    rewriter = MessagesStreamRewriter(messages_context(model))
+    prose_after_call, read_after_call = prose_read_after_a_call(rewriter, by_event(body), b'"index":2,"delta":{"type":"text_delta"', b'"type":"tool_use"', monkeypatch)
+    assert rewriter.stats.calls == 1 and prose_after_call == len(after)
+    # the first, and those where a marker may start (`text_may_start_markup`: `[b` here)
+    assert read_after_call == 1 + sum("[" in piece or "<" in piece for piece in after[1:]) == 2
+
+
+def prose_read_after_a_call(rewriter, events: list[bytes], prose: bytes, call_made: bytes, monkeypatch) -> tuple[int, int]:
+    """Each of `events` fed alone: how many outputs after the one holding `call_made` hold
+    `prose` (a delta of text), and for how many of those a lexer was fed."""
     from toolshim.lexers import base, engine, think, tokens
 
     fed: list[str] = []
@@ -528,22 +541,16 @@ def test_messages_prose_after_a_call_goes_out_renumbered_without_the_lexer(monke
         for cls in vars(module).values():
             if isinstance(cls, type) and "feed" in vars(cls):
                 monkeypatch.setattr(cls, "feed", counted(vars(cls)["feed"], fed))
-    model = "MiniMax-M2"
-    after = pieces_of(MESSAGES_PROSE, 7)
-    body = stream(model, block_events(0, "text", [*pieces_of(MESSAGES_PROSE, 5), *pieces_of(MINIMAX_CALL, 6), *after]))
-    rewriter = MessagesStreamRewriter(messages_context(model))
     after_call = False
-    read_after_call = prose_after_call = 0
-    for event in by_event(body):
+    prose_count = read = 0
+    for event in events:
         fed.clear()
         out = b"".join(rewriter.feed(event))
-        if after_call and b'"index":2,"delta":{"type":"text_delta"' in out:
-            prose_after_call += 1
-            read_after_call += bool(fed)
-        after_call = after_call or b'"type":"tool_use"' in out
-    assert rewriter.stats.calls == 1 and prose_after_call == len(after)
-    # the first, and those where a marker may start (`text_may_start_markup`: `[b` here)
-    assert read_after_call == 1 + sum("[" in piece or "<" in piece for piece in after[1:]) == 2
+        if after_call and prose in out:
+            prose_count += 1
+            read += bool(fed)
+        after_call = after_call or call_made in out
+    return prose_count, read
 
 
 def counted(feed, fed: list):

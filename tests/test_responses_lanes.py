@@ -13,9 +13,8 @@ import json
 import pytest
 
 from test_fuzz import by_event
-from test_lanes import BASH_CHAT, check, cut_points, pieces_of, rewrite
+from test_lanes import BASH_CHAT, check, cut_points, pieces_of, prose_read_after_a_call, rewrite
 from toolshim import responses, sse
-from toolshim.lexers import base, engine, think
 from toolshim.apis import RESPONSES
 from toolshim.responses import ResponsesStreamRewriter
 from toolshim.tools import RequestContext
@@ -123,22 +122,9 @@ def test_prose_after_a_call_goes_out_renumbered_without_the_lexer(monkeypatch):
     """Text after a call goes to an item of ours (new ids, new numbers), so `passes_plain_delta`
     cannot pass it: the held lane renumbers it, and text in which no marker can start does not
     go through the (idle) lexer. Only the first delta after the call is read."""
-    fed = []
-    for module in (base, engine, think):
-        for cls in vars(module).values():
-            if isinstance(cls, type) and "feed" in vars(cls):
-                monkeypatch.setattr(cls, "feed", counted(vars(cls)["feed"], fed))
     rewriter = ResponsesStreamRewriter(context())
     events = by_event(STREAMS["cut by a call, number last"])
-    after_call = False
-    read_after_call = prose_after_call = 0
-    for event in events:
-        fed.clear()
-        out = b"".join(rewriter.feed(event))
-        if after_call and b'"response.output_text.delta"' in out:
-            prose_after_call += 1
-            read_after_call += bool(fed)
-        after_call = after_call or b"response.function_call_arguments.done" in out
+    prose_after_call, read_after_call = prose_read_after_a_call(rewriter, events, b'"response.output_text.delta"', b"response.function_call_arguments.done", monkeypatch)
     assert rewriter.stats.calls == 1 and prose_after_call == len(pieces_of(PROSE, 7))
     assert read_after_call == 1, read_after_call
 
@@ -168,14 +154,6 @@ def test_a_bracket_marker_begun_at_the_end_of_prose_after_a_call(monkeypatch):
     out = check(RESPONSES, context, body, [events, [b"".join(events[i : i + 3]) for i in range(0, len(events), 3)]], monkeypatch)
     done = [json.loads(line[6:]) for line in out.split(b"\n") if line.startswith(b'data: {"type":"response.output_item.done"')]
     assert [event["item"]["type"] for event in done] == ["message", "function_call", "message", "function_call", "message"]
-
-
-def counted(feed, fed: list):
-    def counting(self, text):
-        fed.append(text)
-        return feed(self, text)
-
-    return counting
 
 
 def odd_delta(body: bytes, digits: bytes, number_last: bool) -> bytes:
