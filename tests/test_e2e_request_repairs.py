@@ -75,6 +75,22 @@ def test_kimi_reasoning_comes_back_on_the_next_turn(upstream: ScriptedUpstream, 
     assert sent["messages"][0] == history[0] and sent["messages"][2] == history[2]
 
 
+def test_reasoning_that_names_the_terminal_event_is_remembered_whole(upstream: ScriptedUpstream, openai_client, unique_model):
+    """A model that writes `data: [DONE]` in its reasoning, before its call: remembering waits
+    for the stream's own terminal event, so the call's reasoning is kept and comes back."""
+    model = f"kimi-k2-thinking-{unique_model}"
+    reasoning = "A stream ends with a line data: [DONE] and nothing after [DONE]. Let me look."
+    # one event a read: the reasoning's read goes out before the call's
+    upstream.add(model, chunks=[*(sse_body([event], done=False) for event in first_turn(model, reasoning)), b"data: [DONE]\n\n"], delay=0.02)
+    history = [{"role": "user", "content": "List the files."}]
+    assistant = stream_turn(openai_client, model, history)
+    upstream.add(model, chunks=[sse_body(final_turn(model))])
+    stream_turn(openai_client, model, [*history, assistant, {"role": "tool", "tool_call_id": "functions.bash:0", "content": "a b"}])
+    restored = upstream.requests_for(model)[-1].json["messages"][1]
+    assert restored["tool_calls"] == assistant["tool_calls"]
+    assert restored["reasoning_content"] == reasoning
+
+
 def test_a_second_pass_changes_nothing_and_a_complete_request_goes_byte_for_byte(upstream, proxy, openai_client, unique_model):
     model = f"kimi-k2-thinking-{unique_model}"
     history = call_then_result(upstream, openai_client, model)
