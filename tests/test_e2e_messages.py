@@ -53,6 +53,20 @@ def test_minimax_markup_in_text_between_sentences(upstream, client, unique_model
     assert message.stop_reason == "tool_use"
 
 
+def test_prose_after_a_call_token_by_token_one_event_a_read(upstream, client, unique_model):
+    """Text after a call goes to a block of ours: the block lane renumbers it (past the idle
+    lexer), each delta its own read, and the SDK assembles it whole."""
+    model = f"MiniMax-M2-{unique_model}"
+    after = " It printed hi, [as expected], and \"nothing\" else."
+    pieces = ["Let me check. ", *MINIMAX_CALL, *(after[at : at + 3] for at in range(0, len(after), 3))]
+    body = stream(model, block_events(0, "text", pieces))
+    upstream.add(model, chunks=[event + b"\n\n" for event in body.split(b"\n\n") if event], delay=0.005)
+    message, _ = final_message(client, model)
+    assert [block.type for block in message.content] == ["text", "tool_use", "text"]
+    assert message.content[1].input == {"command": "echo hi"}
+    assert message.content[2].text == after
+
+
 def test_think_tags_in_text_become_a_thinking_block(upstream, client, unique_model):
     model = f"MiniMax-M2-{unique_model}"
     upstream.add(model, chunks=[stream(model, block_events(0, "text", ["<think>Plan: ", "greet.</think>", "Hi!"]))])

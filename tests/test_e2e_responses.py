@@ -11,7 +11,7 @@ from openai.types.responses import ResponseStreamEvent
 
 from harness import ScriptedUpstream, chat_completion, sse_body
 from kimi import kimi_chunks
-from responses import response_json, responses_events, responses_sse
+from responses import number_events, response_json, responses_events, responses_sse
 from wire import check_responses_stream
 
 WEATHER = {
@@ -62,6 +62,21 @@ def test_responses_stream_gets_function_call_items(upstream: ScriptedUpstream, p
     result = check_responses_stream(raw.content)
     assert result["items"] == ["message", "function_call", "message"]
 
+
+
+def test_prose_after_a_call_token_by_token_one_event_a_read(upstream: ScriptedUpstream, openai_client, unique_model):
+    """Text after a call goes to an item of ours: the held lane renumbers it (past the idle
+    lexer), each delta its own read; every event is one of the SDK's, the text whole."""
+    after = " It is sunny in Paris, [really] sunny, and \"warm\"."
+    pieces = ["Let me check.", CALL[:9], CALL[9:40], CALL[40:], *(after[at : at + 3] for at in range(0, len(after), 3))]
+    events = number_events(responses_events(unique_model, pieces, tools=[WEATHER]))
+    upstream.add(unique_model, headers={"content-type": "text/event-stream"}, chunks=[responses_sse([event]) for event in events], delay=0.005)
+    with openai_client.responses.stream(model=unique_model, input="Weather in Paris?", tools=[WEATHER]) as stream:
+        for event in stream:
+            EVENTS.validate_python(event.model_dump(mode="json", exclude_unset=True, warnings=False), strict=True)
+        final = stream.get_final_response()
+    assert [item.type for item in final.output] == ["message", "function_call", "message"]
+    assert final.output[2].content[0].text == after
 
 def test_responses_json_body_is_rewritten(upstream, openai_client, unique_model):
     upstream.add_json(unique_model, response_json(unique_model, "On it." + CALL, tools=[WEATHER]))
