@@ -432,6 +432,27 @@ def test_block_over_the_cap_is_released_as_text(lex):
     assert lex(text, max_held=len(text) - 1) == [Text(text)]
 
 
+@pytest.mark.parametrize("make", [QwenXmlLexer, GlmLexer, MiniMaxLexer], ids=["qwen", "glm", "minimax"])
+def test_a_value_that_passes_the_cap_is_released_as_it_streams(make):
+    """A value's pieces with no tag in them are held without the steps' machinery
+    (`BlockLexer.feed`): the cap still releases the block at its character, mid-value, however
+    the value comes, and what follows streams live."""
+    text = {
+        QwenXmlLexer: qwen_block("write_file", {"content": "x" * 200}),
+        GlmLexer: f"<tool_call>write_file<arg_key>content</arg_key><arg_value>{'x' * 200}</arg_value></tool_call>",
+        MiniMaxLexer: f'<minimax:tool_call><invoke name="write_file"><parameter name="content">{"x" * 200}</parameter></invoke></minimax:tool_call>',
+    }[make]
+    mid_value = text.index("x" * 200) + 150
+    for size in (1, 7, 40):
+        lx = make(make_scope(), max_held=100)
+        out = []
+        for at in range(0, mid_value, size):
+            out += lx.feed(text[at : min(at + size, mid_value)])
+            if at + size >= 101:  # the block's 101st character has come: all of it is out
+                assert merge(out) == [Text(text[: min(at + size, mid_value)])], (size, at)
+        assert lx.idle
+
+
 def test_cap_applies_to_a_name_that_never_ends():
     text = "<tool_call>\n<function=" + "a" * 300
     assert qwen(text) == [Text(text)]

@@ -76,10 +76,17 @@ class Lexer(Protocol):
 
 class Reporting:
     """A lexer that reports each change of its `idle` (see `Lexer`) to its watcher, if any: the
-    `ScopeLexers` that made it counts its busy lexers (`busy`), so its `idle` costs nothing."""
+    `ScopeLexers` that made it counts its busy lexers (`busy`), so its `idle` costs nothing. Its
+    `feed` serves lexers that hold what they are fed in `_buf` and read it with `_run(final)`."""
 
     idle = True
     watcher: Any = None  # a ScopeLexers
+
+    def feed(self, text: str) -> list[Segment]:
+        self._buf += text
+        out = self._run(final=False)
+        self._report_idle()
+        return out
 
     def _report_idle(self) -> None:
         """Report the lexer's `_idle_now()` (hot paths compare first, sparing the calls)."""

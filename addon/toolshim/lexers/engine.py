@@ -148,6 +148,7 @@ def _lexer_class(spec: Spec) -> type[BlockLexer]:
     kind = {JsonCalls: JsonCallsLexer, XmlParams: XmlParamsLexer, KeyValues: KeyValuesLexer, NamedCalls: NamedCallsLexer, LlamaCalls: LlamaCallsLexer}[type(spec.body)]
     grammar = kind._grammar(spec.body)
     grammar["_steps"] = {AFTER: kind._step_after, **grammar["_steps"]}
+    grammar["_raw_states"] = tuple(state for state, step in grammar["_steps"].items() if getattr(step, "raw", False))
     grammar |= {"_body": spec.body, "_opens": spec.opens, "_opens_by_text": {m.text: m for m in spec.opens}}
     return type(f"{kind.__name__}[{spec.name}]", (kind,), grammar)
 
@@ -165,6 +166,7 @@ def _at_tag(tags: Collection[str], then: Then, raw: bool = False) -> Step:
         j, tag = (self._scan_to_tag if raw else self._tag_after_ws)(buf, i, limit, tags)
         return self._wait(buf, j, limit, out) if tag is _PARTIAL else then(self, buf, j, tag, out)
 
+    step.raw = raw  # type: ignore[attr-defined]  # (`BlockLexer.feed` holds text with no tag in such a state itself)
     return step
 
 
@@ -256,6 +258,7 @@ class BlockLexer(Reporting):
     _opens: tuple[Marker, ...]
     _opens_by_text: dict[str, Marker]
     _steps: dict[str, Step]
+    _raw_states: tuple[str, ...]  # the states whose step holds any text up to a tag (`_at_tag(raw=True)`)
 
     def __init__(self, scope: CallScope, *, max_held: int = 1 << 20) -> None:
         self._scope = scope
@@ -315,6 +318,9 @@ class BlockLexer(Reporting):
     def feed(self, text: str) -> list[Segment]:
         if self._pass_through:
             return [Text(text)] if text else []
+        if self._state in self._raw_states and not self._tail and "<" not in text and self._size + len(text) <= self._max_held:
+            self._take(text, 0, len(text))  # (as the state's step holds text with no tag: each begins with `<`)
+            return []
         out: list[Segment] = []
         buf, self._tail = self._tail + text, ""
         self._run(buf, out, final=False)
@@ -564,8 +570,7 @@ class JsonCallsLexer(BlockLexer):
     def feed(self, text: str) -> list[Segment]:
         scanner = self._scanner
         if self._state == JSON and scanner.in_string and not scanner.escape and not self._tail and '"' not in text and "\\" not in text and self._size + len(text) <= self._max_held:
-            # A held block's bulk, text that cannot end its string: taken whole, as by JSON's step.
-            self._raw.append(text)
+            self._raw.append(text)  # a held block's bulk, text that cannot end its string: taken as JSON's step takes it
             self._size += len(text)
             self.examined += len(text)
             return []

@@ -74,12 +74,6 @@ class ThinkLexer(Reporting):
         # WATCH too: text without a marker's first character passes as content unread.
         return (self._state == CONTENT or self._state == WATCH) and not self._buf and not self._drop_ws
 
-    def feed(self, text: str) -> list[Segment]:
-        self._buf += text
-        out = self._run(final=False)
-        self._report_idle()
-        return out
-
     def finish(self) -> list[Segment]:
         out = self._run(final=True)
         self._reset()

@@ -67,12 +67,6 @@ class TokenLexer(Reporting):
     def _idle_now(self) -> bool:
         return self._state == TEXT and not self._buf and not self._ws and self._lead == KEEP
 
-    def feed(self, text: str) -> list[Segment]:
-        self._buf += text
-        out = self._run(final=False)
-        self._report_idle()
-        return out
-
     def finish(self) -> list[Segment]:
         """The end of the text (see the module docstring)."""
         out: list[Segment] = []
