@@ -39,6 +39,34 @@ def test_qwen3_coder_xml_becomes_a_typed_call(upstream: ScriptedUpstream, openai
     assert choice.finish_reason == "tool_calls"
 
 
+WRITE = {"type": "function", "function": {"name": "write_file", "parameters": {
+    "type": "object", "properties": {"path": {"type": "string"}, "content": {"type": "string"}}, "required": ["path", "content"]}}}
+
+
+def test_qwen3_coder_long_value_token_by_token_one_event_a_read(upstream: ScriptedUpstream, openai_client, unique_model):
+    """A multi-line value in 1-3 character tokens, each event its own network read: its pieces
+    without a `<` are held by the lexer without its steps (`BlockLexer.feed`), those with one
+    (`a < b`, `<div>`) by the steps; the SDK gets the value exactly."""
+    model = "Qwen3-Coder-30B-" + unique_model
+    content = "def f(a, b):\n    return a < b  # \"quoted\" \\ ünï\n" * 6 + "<div>literal</div>\nend"
+    text = f"Writing it.\n<tool_call>\n<function=write_file>\n<parameter=path>\nsrc/f.py\n</parameter>\n<parameter=content>\n{content}\n</parameter>\n</function>\n</tool_call>"
+    pieces, at = [], 0
+    while at < len(text):
+        pieces.append(text[at : at + 1 + at % 3])
+        at += 1 + at % 3
+    events = [sse_body([chunk(model, {"role": "assistant", "content": ""})], done=False)]
+    events += [sse_body([chunk(model, {"content": p})], done=False) for p in pieces]
+    events += [sse_body([chunk(model, {}, "stop")])]
+    upstream.add(model, chunks=events, delay=0.001)
+    with openai_client.chat.completions.stream(model=model, messages=MESSAGES, tools=[WRITE]) as stream:
+        choice = stream.get_final_completion().choices[0]
+    (call,) = choice.message.tool_calls
+    assert call.function.name == "write_file"
+    assert json.loads(call.function.arguments) == {"path": "src/f.py", "content": content}
+    assert choice.message.content.strip() == "Writing it."
+    assert choice.finish_reason == "tool_calls"
+
+
 def test_deepseek_v31_call_with_fullwidth_markers(upstream, openai_client, unique_model):
     model = "DeepSeek-V3.1-" + unique_model
     text = 'On it.<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>{"city": "Paris", "days": 3}<｜tool▁call▁end｜><｜tool▁calls▁end｜>'
