@@ -25,6 +25,7 @@ from harness import PROJECT_ROOT, read_flows
 from test_core_messages import hostile_messages
 from test_fuzz import MODELS, TOOLS, budget, by_event, chat_case, responses_case, sse_texts, split_at
 from toolshim import calls
+from toolshim import chat as chat_module
 from toolshim.apis import CHAT, MESSAGES, RESPONSES, api_of
 from toolshim.chat import ChatStreamRewriter
 from toolshim.messages import MessagesStreamRewriter
@@ -377,31 +378,39 @@ def test_quoted_prose_takes_the_quiet_lane(monkeypatch):
     the quiet frame whole: its events pass in the lane, unframed. Not one that holds
     `"reasoning` while no reasoning field was seen (the full path looks for that name in the
     raw bytes), nor an unescaped quote (a different JSON). Lanes on and off: the same bytes."""
-    read: list[bytes] = []
+    taken: list[bytes] = []
 
-    def framed(self, data, *args, original=ChatStreamRewriter._framed):
-        read.append(data)
-        return original(self, data, *args)
+    def counted_lane(frame, echo, refuse=None, original=chat_module.quiet_lane):
+        lane = original(frame, echo, refuse)
 
-    monkeypatch.setattr(ChatStreamRewriter, "_framed", framed)
+        def counted(rewriter, data):
+            out = lane(rewriter, data)
+            if out is not None:
+                taken.append(data)
+            return out
+
+        counted.waits_for = lane.waits_for
+        return counted
+
+    monkeypatch.setattr(chat_module, "quiet_lane", counted_lane)
     model = "some-model"
     context = RequestContext.from_body(json.dumps({"model": model, "stream": True}).encode())
-    pieces = ["Say", ' "hi"', " and", ' \\"', " then", ' "reasoning"', " \\\\", ' q"', " end"] * 4
+    # (each round's pieces their own: events are told apart by their bytes)
+    pieces = [f"{piece}{n}" for n in range(4) for piece in ("Say", ' "hi"', " and", ' \\"', " then", ' "reasoning"', " \\\\", ' q"', " end")]
     events = [chat_chunk(model, {"role": "assistant", "content": ""}), *[chat_chunk(model, {"content": piece}) for piece in pieces]]
     events.append(b"data: [DONE]\n\n")
     rewrite(CHAT, context, events, True, monkeypatch)
-    framed_texts = [json.loads(event[6:])["choices"][0]["delta"].get("content") for event in read if event.startswith(b"data: {")]
+    not_taken = [json.loads(event[6:])["choices"][0]["delta"].get("content") for event in events[:-1] if event not in taken]
     # (the first events read in full teach the lane its frame)
-    assert framed_texts == ["", "Say", ' "hi"', *[' "reasoning"'] * 4], framed_texts
-    # An unescaped quote in the string's place is another JSON: read in full.
+    assert not_taken == ["", "Say0", ' "hi"0', *[f' "reasoning"{n}' for n in range(4)]], not_taken
+    # An unescaped quote in the string's place is another JSON: not the lane's.
     rewriter = REWRITERS[CHAT](copy.deepcopy(context))
     for event in events[:20]:
         rewriter.feed(event)
     quiet = rewriter._quiet_frame
     odd = quiet.head + b'x","content":"y' + quiet.tail
-    read.clear()
-    assert rewriter.feed(odd) == [odd] and read == [odd]
-    read.clear()
+    taken.clear()
+    assert rewriter.feed(odd) == [odd] and taken == []
     check(CHAT, context, b"".join(events), [events], monkeypatch)
 
 

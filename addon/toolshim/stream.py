@@ -363,10 +363,14 @@ class SseRewriter:
 
     def feed(self, data: bytes) -> list[bytes]:
         """The bytes to send for a read (one piece: a read's events go out as one write)."""
+        # Inside a busy proxy each read begins with cold caches, and every function it calls
+        # costs the cache misses of its code more than its instructions (bench/instructions.py
+        # --cold): the commonest reads are told apart here, with the fewest calls.
         lane = self._gate
-        if lane is not None:
-            # One event, as a model's pace has it: a lane takes no read of several (its string
-            # may hold no line end, nor a quote it does not decode).
+        if lane is not None and ((ends := data.find(b"\n\n")) < 0 or ends == len(data) - 2):
+            # One event, as a model's pace has it (or a part, or CRLF line ends): the lane. No
+            # lane takes a read of several: its string may hold no line end, nor a quote it does
+            # not decode.
             # (A lane's events need no number: none wait or are held while a lane takes events.)
             try:
                 out = lane(self, data)
@@ -374,8 +378,18 @@ class SseRewriter:
                 return self._lane_failed(exc, data)
             if out is not None:
                 return out
+        whole = self._passes_whole_reads and not self._waiting and not self._withheld and self._echo.idle
+        if whole and data[-2:] == b"\n\n" and not self._framer._buf:
+            # Whole events, as a read of several nearly always is (`_whole_read`'s commonest
+            # case): as they came when nothing in them needs a look. (What this changes, a frame
+            # learned, opens the gate again itself: `_direct`.)
+            if self._nothing_to_read(data):
+                if self._direct_lane is None and self.lanes:
+                    self._passed_whole(data)
+                return [data]
+            whole = False  # (tried)
         try:
-            return self._feed_read(data, lane)
+            return self._feed_read(data, lane, whole)
         finally:
             self._open_gate()
 
@@ -387,19 +401,17 @@ class SseRewriter:
         self._taken += 1
         return [event]
 
-    def _feed_read(self, data: bytes, lane: Direct | None) -> list[bytes]:
-        """A read the lane did not take (`feed`)."""
-        whole_tried = False
+    def _feed_read(self, data: bytes, lane: Direct | None, whole: bool) -> list[bytes]:
+        """A read `feed` did not send: `whole`, the whole read as it came when nothing in it needs
+        a look (`_whole_read`); else, when it holds several events back to back (a fast model, a
+        busy proxy), each blank line ends an event (LF line ends), each in the lane while it takes
+        them; else framed. (An empty block, `\n\n\n`, makes an event that begins with a line
+        end: no lane takes it, the framer reads it.)"""
+        if whole:
+            passed = self._whole_read(data)
+            if passed is not None:
+                return passed
         if lane is not None and 0 < _event_end(data, 0) < len(data):
-            # Several events back to back (a fast model, a busy proxy): the whole read as it
-            # came when nothing in it needs a look; else each blank line ends an event (LF
-            # line ends), each in the lane while it takes them. (An empty block, `\n\n\n`, makes
-            # an event that begins with a line end: no lane takes it, the framer reads it.)
-            if self._whole_reads_pass():
-                whole_tried = True
-                whole = self._whole_read(data)
-                if whole is not None:
-                    return whole
             self._open_gate()
             if self._gate is not None and data.find(b"\r") < 0:
                 out, at = self._through_direct_events(data)
@@ -407,7 +419,7 @@ class SseRewriter:
                     if at < len(data):
                         out += self._framed(data[at:])
                     return [b"".join(out)] if len(out) > 1 else out
-        out = self._framed(data, whole_tried)
+        out = self._framed(data, True)  # (the whole read tried above, or not to be tried now)
         return [b"".join(out)] if len(out) > 1 else out
 
     def _lane_direct(self, read: Direct) -> Direct:
@@ -485,7 +497,7 @@ class SseRewriter:
         # them out on every read copied and rescanned them: a 10 MB event took seconds).
         # A blank line split across reads is found by the framer below.
         held = b""
-        if end >= 2 and self._framer.pending:
+        if end >= 2 and self._framer._buf:
             held = self._framer.take_pending()
             data = held + data
             end += len(held)
@@ -496,7 +508,7 @@ class SseRewriter:
             whole = data if end == len(data) else data[:end]
             if self._nothing_to_read(whole):
                 if whole is data:
-                    if self._direct is None and self.lanes:
+                    if self._direct_lane is None and self.lanes:
                         self._passed_whole(data)
                     return [data]
                 self._framer.feed(data[end:])  # no event is complete in it
