@@ -286,17 +286,6 @@ def unwind(path: list[Any], segments: list[Segment]) -> list[Segment]:
     return segments  # (a ReasoningSplit, and a chain's idle first stage, pass them as they are)
 
 
-def _event_end(data: bytes, at: int) -> int:
-    """Where the event beginning at `at` ends (after its blank line, LF line ends), or -1.
-    (A search for one byte is memchr; for two, CPython 3.11 looks at every position.)"""
-    while True:
-        at = data.find(b"\n", at) + 1
-        if at == 0:
-            return -1
-        if data[at : at + 1] == b"\n":
-            return at + 1
-
-
 def _latest_fields(fields: bytes) -> bytes:
     """Of `\\n`-ended field lines, the last `retry` and the last `id` (an EventSource keeps
     only those)."""
@@ -367,7 +356,8 @@ class SseRewriter:
         # costs the cache misses of its code more than its instructions (bench/instructions.py
         # --cold): the commonest reads are told apart here, with the fewest calls.
         lane = self._gate
-        if lane is not None and ((ends := data.find(b"\n\n")) < 0 or ends == len(data) - 2):
+        ends = data.find(b"\n\n") if lane is not None else -1  # (the first event's blank line)
+        if lane is not None and (ends < 0 or ends == len(data) - 2):
             # One event, as a model's pace has it (or a part, or CRLF line ends): the lane. No
             # lane takes a read of several: its string may hold no line end, nor a quote it does
             # not decode.
@@ -389,7 +379,7 @@ class SseRewriter:
                 return [data]
             whole = False  # (tried)
         try:
-            return self._feed_read(data, lane, whole)
+            return self._feed_read(data, lane, whole, ends)
         finally:
             self._open_gate()
 
@@ -401,20 +391,42 @@ class SseRewriter:
         self._taken += 1
         return [event]
 
-    def _feed_read(self, data: bytes, lane: Direct | None, whole: bool) -> list[bytes]:
+    def _feed_read(self, data: bytes, lane: Direct | None, whole: bool, ends: int) -> list[bytes]:
         """A read `feed` did not send: `whole`, the whole read as it came when nothing in it needs
         a look (`_whole_read`); else, when it holds several events back to back (a fast model, a
-        busy proxy), each blank line ends an event (LF line ends), each in the lane while it takes
-        them; else framed. (An empty block, `\n\n\n`, makes an event that begins with a line
-        end: no lane takes it, the framer reads it.)"""
+        busy proxy: its first blank line at `ends`, before its end), the lane's; else framed."""
         if whole:
             passed = self._whole_read(data)
             if passed is not None:
                 return passed
-        if lane is not None and 0 < _event_end(data, 0) < len(data):
+        if lane is not None and 0 <= ends < len(data) - 2:
             self._open_gate()
             if self._gate is not None and data.find(b"\r") < 0:
-                out, at = self._through_direct_events(data)
+                # Each blank line ends an event (LF line ends), each through the lane while there
+                # is one (an event it does not take is framed and read alone, after which the lane
+                # may take the next). One split in C, not a search per event. A lane's events
+                # need no number and carry no fields: lanes take one-line events, or frames without
+                # fields, while the echo check is decided or idle (the lane's to check). (An empty
+                # block, `\n\n\n`, makes an event that begins with a line end: no lane takes it,
+                # the framer reads it.)
+                out: list[bytes] = []
+                at = 0
+                events = data.split(b"\n\n")
+                events.pop()  # after the last blank line: no event's end (b"" when the read ends one)
+                for event in events:
+                    lane = self._gate
+                    if lane is None:
+                        break
+                    event += b"\n\n"
+                    try:
+                        sent = lane(self, event)
+                    except Exception as exc:
+                        sent = self._lane_failed(exc, event)
+                    if sent is None:
+                        sent = self._framed(event)
+                        self._open_gate()
+                    out += sent
+                    at += len(event)
                 if at:
                     if at < len(data):
                         out += self._framed(data[at:])
@@ -443,33 +455,6 @@ class SseRewriter:
 
         checked.lane = read  # type: ignore[attr-defined]
         return checked
-
-    def _through_direct_events(self, data: bytes) -> tuple[list[bytes], int]:
-        """Whole events of `data` (LF line ends, no empty block: each blank line ends one)
-        through the lane while there is one (an event it does not take is framed and read alone,
-        after which the lane may take the next): what to send, and where the events not read yet
-        begin. (One split in C, not a search per event.) A lane's events need no number and carry no
-        fields: lanes take one-line events, or frames without fields, while the echo check is
-        decided or idle (the lane's to check)."""
-        out: list[bytes] = []
-        at = 0
-        pieces = data.split(b"\n\n")
-        pieces.pop()  # after the last blank line: no event's end (b"" when the read ends one)
-        for piece in pieces:
-            lane = self._gate
-            if lane is None:
-                break
-            event = piece + b"\n\n"
-            try:
-                sent = lane(self, event)
-            except Exception as exc:
-                sent = self._lane_failed(exc, event)
-            if sent is None:
-                sent = self._framed(event)
-                self._open_gate()
-            out += sent
-            at += len(event)
-        return out, at
 
     def _framed(self, data: bytes, whole_tried: bool = False) -> list[bytes]:
         if not whole_tried and self._whole_reads_pass():
