@@ -356,11 +356,11 @@ class SseRewriter:
         # costs the cache misses of its code more than its instructions (bench/instructions.py
         # --cold): the commonest reads are told apart here, with the fewest calls.
         lane = self._gate
-        ends = data.find(b"\n\n") if lane is not None else -1  # (the first event's blank line)
-        if lane is not None and (ends < 0 or ends == len(data) - 2):
-            # One event, as a model's pace has it (or a part, or CRLF line ends): the lane. No
-            # lane takes a read of several: its string may hold no line end, nor a quote it does
-            # not decode.
+        if lane is not None:
+            # One event, as a model's pace has it: a lane takes no read of several (its string
+            # may hold no line end, nor a quote it does not decode). (Telling a read of several
+            # apart first, with a search for the blank line, cost the one-event read more than
+            # the lane's own refusal costs a read of several.)
             # (A lane's events need no number: none wait or are held while a lane takes events.)
             try:
                 out = lane(self, data)
@@ -379,7 +379,7 @@ class SseRewriter:
                 return [data]
             whole = False  # (tried)
         try:
-            return self._feed_read(data, lane, whole, ends)
+            return self._feed_read(data, lane, whole)
         finally:
             self._open_gate()
 
@@ -391,15 +391,15 @@ class SseRewriter:
         self._taken += 1
         return [event]
 
-    def _feed_read(self, data: bytes, lane: Direct | None, whole: bool, ends: int) -> list[bytes]:
+    def _feed_read(self, data: bytes, lane: Direct | None, whole: bool) -> list[bytes]:
         """A read `feed` did not send: `whole`, the whole read as it came when nothing in it needs
         a look (`_whole_read`); else, when it holds several events back to back (a fast model, a
-        busy proxy: its first blank line at `ends`, before its end), the lane's; else framed."""
+        busy proxy: its first blank line before its end), the lane's; else framed."""
         if whole:
             passed = self._whole_read(data)
             if passed is not None:
                 return passed
-        if lane is not None and 0 <= ends < len(data) - 2:
+        if lane is not None and 0 <= data.find(b"\n\n") < len(data) - 2:
             self._open_gate()
             if self._gate is not None and data.find(b"\r") < 0:
                 # Each blank line ends an event (LF line ends), each through the lane while there
