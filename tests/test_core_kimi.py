@@ -325,3 +325,16 @@ def test_unterminated_last_event_is_forwarded_as_it_came_after_the_flush():
     out = rewrite(body)
     assert out.endswith(b"\n\n" + tail)
     assert check_chat_stream(out[: -len(tail)])["content"] == "a <|tool_calls_sec"
+
+
+def test_whitespace_flood_inside_live_arguments_is_released_at_the_cap_and_nothing_is_lost():
+    # Pieces of live arguments that end in whitespace hold it until more arguments come (a call's
+    # arguments end without it); a flood of it, over max_held, goes out as it is.
+    lexer = KimiLexer(KimiCallNamer(CallScope(context(TOOLS), RewriteStats())), max_held=1024)
+    pieces = [f"{CALL_BEGIN}functions.read_file:0{ARG_BEGIN}", '{"path": "a', " b "] + ["  "] * 1000 + ['c"} ', " ", CALL_END]
+    segments = [s for piece in pieces for s in lexer.feed(piece)] + lexer.finish()
+    args = [s.text for s in segments if isinstance(s, CallArgs)]
+    assert "".join(args) == '{"path": "a b ' + "  " * 1000 + 'c"}'
+    assert len(args) > 3  # released along the way, not only with the `c`
+    assert all(len(s) <= 1026 for s in args[2:-1])  # (each release at the cap: held no further)
+    assert isinstance(segments[-1], CallEnd)

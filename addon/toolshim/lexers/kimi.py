@@ -146,9 +146,30 @@ class KimiLexer(TokenLexer):
         if "<" not in text and text and not self._buf and self._lead != HOLD:
             # No marker can begin in it (each starts with `<`), none is held unread, and no
             # whitespace at its end waits unread (`_text_end`): `_run` would `_take` it whole.
-            if self._state == ARGS and self._args_sent and not self._ws and not text[-1].isspace():
-                return [CallArgs(text)]  # the bulk of a tool-call stream, as `_args_text` passes it
-            out: list[Segment] = []
+            if self._state == ARGS and self._args_sent:
+                # The bulk of a tool-call stream, as `_take` passes it to `_args_text` (written out
+                # here: a piece of prose arguments ends in a space one time in three, and each
+                # call a read runs costs its cache misses inside a busy proxy). The lexer stays
+                # busy in ARGS: no idle state to report.
+                if not self._ws and not text[-1].isspace():
+                    return [CallArgs(text)]
+                body = text.rstrip()
+                out: list[Segment] = []
+                if body:
+                    if self._ws:
+                        out.append(CallArgs("".join(self._ws) + body))
+                        self._ws = []
+                        self._ws_len = 0
+                    else:
+                        out.append(CallArgs(body))
+                if len(body) < len(text):  # (whitespace at the end: held until more arguments come)
+                    end = text[len(body) :]
+                    self._ws.append(end)
+                    self._ws_len += len(end)
+                    if self._ws_len > self._max_held:
+                        out.append(CallArgs(self._take_ws()))  # a flood of whitespace inside the arguments
+                return out
+            out = []
             self._take(text, out)
             self._report_idle()
             return out
