@@ -15,6 +15,9 @@ from hypothesis import strategies as st
 from harness import sse_body, split_bytes
 from kimi import chunk
 from toolshim.chat import ChatStreamRewriter
+from toolshim.lexers import deepseek, harmony, tokens
+from toolshim.lexers import kimi as kimi_lexer
+from toolshim.lexers.base import Marker, find_marker
 from toolshim.tools import RequestContext
 from wire import check_chat_stream
 
@@ -115,3 +118,48 @@ def test_text_without_complete_markers_passes_through_whole(text, byte_cuts):
     body = sse_body([chunk("m", {"content": text}), chunk("m", {}, "stop")])
     out = rewrite(split_bytes(body, [c for c in byte_cuts if c <= len(body)]))
     assert check_chat_stream(out)["content"] == text
+
+
+# -- the marker search ------------------------------------------------------------------------------
+
+MARKER_SETS = (
+    kimi_lexer._KIMI_MARKERS,
+    kimi_lexer._KIMI_MARKERS + (tokens.THINK_END,),
+    deepseek._TEXT_MARKERS_THINK_END,
+    deepseek._INVOKE_MARKERS,
+    harmony._TEXT_MARKERS,
+    # made up to overlap: one marker the beginning of others, two of one length, another first character
+    tuple(Marker(text, f"kind{n}") for n, text in enumerate(("<a", "<ab>", "<ab", "<b>", "<ac", "[X]", "[X"))),
+)
+
+
+def reference_find_marker(buf: str, start: int, markers: tuple[Marker, ...], final: bool) -> tuple[int, Marker | None] | None:
+    """`find_marker` as its docstring states it, one place after another: the first place that
+    holds a possible beginning of a marker (`final` aside), or a whole marker (the longest; of
+    two as long, the first given)."""
+    for i in range(start, len(buf)):
+        rest = buf[i:]
+        if not final and any(len(m.text) > len(rest) and m.text.startswith(rest) for m in markers):
+            return i, None
+        whole = [m for m in markers if rest.startswith(m.text)]
+        if whole:
+            return i, max(whole, key=lambda m: len(m.text))
+    return None
+
+
+@st.composite
+def marker_search_case(draw):
+    markers = draw(st.sampled_from(MARKER_SETS))
+    pieces = draw(st.lists(st.one_of(st.sampled_from([m.text for m in markers]), st.text(alphabet="<|>[]X_abc /", max_size=6)), max_size=8))
+    buf = "".join(pieces)
+    if buf and draw(st.booleans()):
+        buf = buf[: draw(st.integers(0, len(buf)))]  # cut anywhere: inside a marker as often as not
+    return buf, draw(st.integers(0, len(buf))), markers, draw(st.booleans())
+
+
+@settings(max_examples=1500, deadline=None)
+@given(marker_search_case())
+def test_find_marker_finds_what_its_definition_finds(case):
+    buf, start, markers, final = case
+    match = find_marker(buf, start, markers, final)
+    assert (None if match is None else (match.pos, match.marker)) == reference_find_marker(buf, start, markers, final)

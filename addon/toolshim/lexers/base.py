@@ -121,40 +121,56 @@ class Match:
     marker: Marker | None  # None: a marker may begin at `pos`, more text is needed
 
 
+class _MarkerTable:
+    """What `find_marker` needs of a tuple of markers, made once per tuple: the first characters
+    they begin with (a search for the next place one may begin), all of them as one pattern,
+    longest first (the longest marker at a place, in one match), and every proper beginning of
+    one (the text left at a place may still become one)."""
+
+    __slots__ = ("firsts", "whole", "by_text", "beginnings", "longest")
+
+    def __init__(self, markers: tuple[Marker, ...]) -> None:
+        self.firsts = re.compile("[" + re.escape("".join(sorted({m.text[0] for m in markers}))) + "]")
+        by_length = sorted(markers, key=lambda m: -len(m.text))  # (stable: of two as long, the first given)
+        self.whole = re.compile("|".join(re.escape(m.text) for m in by_length))
+        self.by_text: dict[str, Marker] = {}
+        for marker in markers:
+            self.by_text.setdefault(marker.text, marker)
+        self.beginnings = frozenset(m.text[:end] for m in markers for end in range(1, len(m.text)))
+        self.longest = max(len(m.text) for m in markers)
+
+
 @lru_cache(maxsize=64)
-def _first_chars(markers: tuple[Marker, ...]) -> re.Pattern[str]:
-    return re.compile("[" + re.escape("".join(sorted({m.text[0] for m in markers}))) + "]")
+def _marker_table(markers: tuple[Marker, ...]) -> _MarkerTable:
+    return _MarkerTable(markers)
 
 
 def find_marker(buf: str, start: int, markers: tuple[Marker, ...], final: bool) -> Match | None:
     """Find the first marker in `buf[start:]`, or the point from which one may still begin.
 
     Only positions holding the first character of some marker ("<" for most dialects, "[" for
-    Mistral's) are examined: linear in the text whatever their density. Where a whole marker
-    matches but a longer one still may, the position is held (`marker=None`): a truncated
-    marker like `<|tool_calls_section_end|` counts only when no `>` follows.
+    Mistral's) are examined: linear in the text whatever their density. Where the rest of the
+    text is the beginning of a marker (`final` aside), the position is held (`marker=None`), even
+    when a shorter marker matches there: a truncated marker like `<|tool_calls_section_end|`
+    counts only when no `>` follows. Else the longest marker that matches whole wins.
     """
-    firsts = _first_chars(markers)
-    n = len(buf)
-    found = firsts.search(buf, start)
-    i = found.start() if found else -1
-    while i != -1:
-        best: Marker | None = None
-        maybe_longer = False
-        for marker in markers:
-            length = len(marker.text)
-            if n - i >= length:
-                if buf.startswith(marker.text, i) and (best is None or length > len(best.text)):
-                    best = marker
-            elif not final and marker.text.startswith(buf[i:]):
-                maybe_longer = True
-        if maybe_longer:
+    table = _marker_table(markers)
+    found = table.firsts.search(buf, start)
+    if found is None:
+        return None
+    firsts, whole, beginnings = table.firsts, table.whole, table.beginnings
+    shortest_rest = len(buf) - table.longest  # (from here on the rest may be a marker's beginning)
+    i = found.start()
+    while True:
+        if i > shortest_rest and not final and buf[i:] in beginnings:
             return Match(i, None)
-        if best is not None:
-            return Match(i, best)
+        matched = whole.match(buf, i)
+        if matched is not None:
+            return Match(i, table.by_text[matched.group()])
         found = firsts.search(buf, i + 1)
-        i = found.start() if found else -1
-    return None
+        if found is None:
+            return None
+        i = found.start()
 
 
 def is_marker_fragment(tail: str, markers: tuple[Marker, ...]) -> bool:
