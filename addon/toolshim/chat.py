@@ -231,8 +231,8 @@ class ArgsLane:
     """
 
     __slots__ = (
-        "frame", "frame_head", "frame_tail", "mirrored", "start", "end", "leaf", "path", "head", "tail", "before", "after", "alone", "held",
-        "finished", "rendered", "state", "channel", "guarded",
+        "frame", "frame_head", "frame_mid", "frame_tail", "fixed", "start", "end", "leaf", "chained", "path", "head", "tail", "before", "after",
+        "alone", "held", "finished", "rendered", "state", "channel", "guarded",
     )  # fmt: skip
 
     def __init__(
@@ -240,9 +240,12 @@ class ArgsLane:
         channel: tuple[str, ...],
     ) -> None:  # fmt: skip
         self.frame = frame
-        self.frame_head, self.frame_tail, self.mirrored = frame.head, frame.tail, frame.mid is not None  # (one lookup each, per event)
+        # (What `_args_read` reads of them per event, one lookup each; `frame_mid` is not None when
+        # the frame's string is mirrored: the same string twice)
+        self.frame_head, self.frame_mid, self.frame_tail, self.fixed = frame.head, frame.mid, frame.tail, frame.fixed
         self.start, self.end = len(frame.head), len(frame.tail)  # where the string's body begins; its tail's length
         self.leaf, self.path = path
+        self.chained = type(self.leaf) is ChainLexer  # (a chain armed while its first stage held something: `past_idle_first`)
         self.head, self.tail = head, rendered.tail
         self.before, self.after, self.held = rendered.before, rendered.after, rendered.held
         self.alone = not rendered.before and not rendered.after  # one event out for one in
@@ -255,6 +258,7 @@ class ArgsLane:
         stage (`live_path`), and the lane's leaf is the one found there."""
         leaf, path = live_path(self.leaf, past_idle_first=True)
         self.leaf, self.path = leaf, [*self.path, *path]
+        self.chained = type(leaf) is ChainLexer
         self.guarded = guarded(self.path)
         return leaf
 
@@ -696,20 +700,20 @@ class ChatStreamRewriter(SseRewriter):
         it). See `ArgsLane`."""
         lane = self._args
         start = lane.start
-        if not lane.mirrored:
+        mid = lane.frame_mid
+        if mid is None:
             if raw[:start] != lane.frame_head or raw[-lane.end :] != lane.frame_tail:
                 return None
             end = len(raw) - lane.end
             if end <= start:
                 return None  # no longer than the frame (or overlapping it): no text
         else:  # mirrored fields: the same string twice (`Frame.split`, inline)
-            frame = lane.frame
-            extra = len(raw) - frame.fixed
+            extra = len(raw) - lane.fixed
             if extra <= 0 or extra & 1:
                 return None
             end = start + (extra >> 1)
             string = raw[start:end]
-            if b"".join((frame.head, string, frame.mid, string, frame.tail)) != raw:
+            if b"".join((lane.frame_head, string, mid, string, lane.frame_tail)) != raw:
                 return None
         body = raw[start - 1 : end + 1]  # the string with its quotes: one JSON string or an error
         if 10 in body:
@@ -723,7 +727,7 @@ class ChatStreamRewriter(SseRewriter):
             # the full path reads it: `b'"reasoning' in raw`.)
             self._reasoning_field_known = True
         leaf = lane.leaf
-        if type(leaf) is ChainLexer and leaf.first.idle and not leaf.second.idle:
+        if lane.chained and leaf.first.idle and not leaf.second.idle:
             leaf = lane.past_idle_first()  # (armed while the first stage held something)
         if lane.guarded and text_may_start_markup(text):
             # A marker may begin: the chain whose idle first stage the leaf is fed past reads it
@@ -739,8 +743,8 @@ class ChatStreamRewriter(SseRewriter):
                 self._args = self._direct = None
                 self._settle()
             return [*lane.held]
-        if len(segments) == 1 and type(segments[0]) is CallArgs and lane.finished and not leaf.idle:
-            piece = segments[0].text
+        if lane.finished and len(segments) == 1 and type(piece := segments[0]) is CallArgs and not leaf.idle:
+            piece = piece.text
             if piece == text and 92 not in body:
                 body = body[1:-1]
             else:  # orjson's escapes may differ from upstream's

@@ -399,38 +399,39 @@ class SseRewriter:
             passed = self._whole_read(data)
             if passed is not None:
                 return passed
-        if lane is not None and 0 <= data.find(b"\n\n") < len(data) - 2:
-            self._open_gate()
-            if self._gate is not None and data.find(b"\r") < 0:
-                # Each blank line ends an event (LF line ends), each through the lane while there
-                # is one (an event it does not take is framed and read alone, after which the lane
-                # may take the next). One split in C, not a search per event. A lane's events
-                # need no number and carry no fields: lanes take one-line events, or frames without
-                # fields, while the echo check is decided or idle (the lane's to check). (An empty
-                # block, `\n\n\n`, makes an event that begins with a line end: no lane takes it,
-                # the framer reads it.)
-                out: list[bytes] = []
-                at = 0
-                events = data.split(b"\n\n")
-                events.pop()  # after the last blank line: no event's end (b"" when the read ends one)
-                for event in events:
-                    lane = self._gate
-                    if lane is None:
-                        break
-                    event += b"\n\n"
-                    try:
-                        sent = lane(self, event)
-                    except Exception as exc:
-                        sent = self._lane_failed(exc, event)
-                    if sent is None:
-                        sent = self._framed(event)
-                        self._open_gate()
-                    out += sent
-                    at += len(event)
-                if at:
-                    if at < len(data):
-                        out += self._framed(data[at:])
-                    return [b"".join(out)] if len(out) > 1 else out
+            if lane is not None:
+                self._open_gate()  # (what the whole read learned may close the gate)
+                lane = self._gate
+        if lane is not None and 0 <= data.find(b"\n\n") < len(data) - 2 and data.find(b"\r") < 0:
+            # Each blank line ends an event (LF line ends), each through the lane while there
+            # is one (an event it does not take is framed and read alone, after which the lane
+            # may take the next). One split in C, not a search per event. A lane's events
+            # need no number and carry no fields: lanes take one-line events, or frames without
+            # fields, while the echo check is decided or idle (the lane's to check). (An empty
+            # block, `\n\n\n`, makes an event that begins with a line end: no lane takes it,
+            # the framer reads it.)
+            out: list[bytes] = []
+            at = 0
+            events = data.split(b"\n\n")
+            events.pop()  # after the last blank line: no event's end (b"" when the read ends one)
+            for event in events:
+                lane = self._gate
+                if lane is None:
+                    break
+                event += b"\n\n"
+                try:
+                    sent = lane(self, event)
+                except Exception as exc:
+                    sent = self._lane_failed(exc, event)
+                if sent is None:
+                    sent = self._framed(event)
+                    self._open_gate()
+                out += sent
+                at += len(event)
+            if at:
+                if at < len(data):
+                    out += self._framed(data[at:])
+                return [b"".join(out)] if len(out) > 1 else out
         out = self._framed(data, True)  # (the whole read tried above, or not to be tried now)
         return [b"".join(out)] if len(out) > 1 else out
 
