@@ -123,19 +123,15 @@ class Match:
 
 class _MarkerTable:
     """What `find_marker` needs of a tuple of markers, made once per tuple: the first characters
-    they begin with (a search for the next place one may begin), all of them as one pattern,
-    longest first (the longest marker at a place, in one match), and every proper beginning of
-    one (the text left at a place may still become one)."""
+    they begin with (a search for the next place one may begin), the markers longest first (the
+    first that matches at a place is the longest there; of two as long, the first given), and
+    every proper beginning of one (the text left at a place may still become one: one lookup)."""
 
-    __slots__ = ("firsts", "whole", "by_text", "beginnings", "longest")
+    __slots__ = ("firsts", "longest_first", "beginnings", "longest")
 
     def __init__(self, markers: tuple[Marker, ...]) -> None:
         self.firsts = re.compile("[" + re.escape("".join(sorted({m.text[0] for m in markers}))) + "]")
-        by_length = sorted(markers, key=lambda m: -len(m.text))  # (stable: of two as long, the first given)
-        self.whole = re.compile("|".join(re.escape(m.text) for m in by_length))
-        self.by_text: dict[str, Marker] = {}
-        for marker in markers:
-            self.by_text.setdefault(marker.text, marker)
+        self.longest_first = tuple(sorted(markers, key=lambda m: -len(m.text)))  # (a stable sort)
         self.beginnings = frozenset(m.text[:end] for m in markers for end in range(1, len(m.text)))
         self.longest = max(len(m.text) for m in markers)
 
@@ -158,15 +154,17 @@ def find_marker(buf: str, start: int, markers: tuple[Marker, ...], final: bool) 
     found = table.firsts.search(buf, start)
     if found is None:
         return None
-    firsts, whole, beginnings = table.firsts, table.whole, table.beginnings
+    # (Each marker compared in turn costs less than one match of a pattern of them all: a
+    # dialect's sets are small, and a pattern's match costs its setup each time.)
+    firsts, longest_first, beginnings = table.firsts, table.longest_first, table.beginnings
     shortest_rest = len(buf) - table.longest  # (from here on the rest may be a marker's beginning)
     i = found.start()
     while True:
         if i > shortest_rest and not final and buf[i:] in beginnings:
             return Match(i, None)
-        matched = whole.match(buf, i)
-        if matched is not None:
-            return Match(i, table.by_text[matched.group()])
+        for marker in longest_first:
+            if buf.startswith(marker.text, i):
+                return Match(i, marker)
         found = firsts.search(buf, i + 1)
         if found is None:
             return None
