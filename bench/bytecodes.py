@@ -34,11 +34,12 @@ def count(kind_name: str, lines_of: str = "") -> tuple[collections.Counter, coll
     first flow, and bytecodes by line of `lines_of` (a function's name)."""
     sys.path.insert(0, str(BENCH))
     import e2e
-    from mitmproxy.test import taddons, tflow, tutils
+    import instructions
+    from mitmproxy.test import taddons
 
     from toolshim.addon import ToolShim
 
-    kind = kinds(e2e)[kind_name]
+    kind = instructions.kinds(e2e)[kind_name]
     bytecodes: collections.Counter = collections.Counter()
     calls: collections.Counter = collections.Counter()
     by_line: collections.Counter = collections.Counter()
@@ -66,15 +67,7 @@ def count(kind_name: str, lines_of: str = "") -> tuple[collections.Counter, coll
             events, _ = kind.stream(200, seed)
             reads = [b"".join(events[at : at + READ]) for at in range(0, len(events), READ)] + [b""]
             for counted in (False, True):  # (a warm-up pass: what a first flow alone does is not counted)
-                flow = tflow.tflow()
-                flow.request.method, flow.request.path = "POST", path
-                flow.request.headers["content-type"] = "application/json"
-                flow.request.content = body
-                shim.requestheaders(flow)
-                shim.request(flow)
-                flow.response = tutils.tresp(headers=((b"content-type", b"text/event-stream"), (b"transfer-encoding", b"chunked")))
-                flow.response.raw_content = None
-                shim.responseheaders(flow)
+                flow = instructions.streaming_flow(shim, body, path)
                 for read in reads:
                     before = sum(bytecodes.values())
                     if counted:
@@ -87,13 +80,6 @@ def count(kind_name: str, lines_of: str = "") -> tuple[collections.Counter, coll
                         per_read.append(sum(bytecodes.values()) - before)
                 shim.response(flow)
     return bytecodes, calls, per_read, by_line
-
-
-def kinds(e2e: Any) -> dict:
-    sys.path.insert(0, str(BENCH))
-    import instructions
-
-    return instructions.kinds(e2e)
 
 
 def main(argv: list[str]) -> int:

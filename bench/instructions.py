@@ -80,7 +80,7 @@ def through_hooks(kind, paths: dict[bytes, str], flows: list[list[bytes]], passe
     import ast
     import logging
 
-    from mitmproxy.test import taddons, tflow, tutils
+    from mitmproxy.test import taddons
 
     from toolshim.addon import ToolShim
 
@@ -99,15 +99,7 @@ def through_hooks(kind, paths: dict[bytes, str], flows: list[list[bytes]], passe
         tctx.configure(shim)
         for done in range(1 + passes):
             for reads in flows:
-                flow = tflow.tflow()
-                flow.request.method, flow.request.path = "POST", path
-                flow.request.headers["content-type"] = "application/json"
-                flow.request.content = body
-                shim.requestheaders(flow)
-                shim.request(flow)
-                flow.response = tutils.tresp(headers=((b"content-type", b"text/event-stream"), (b"transfer-encoding", b"chunked")))
-                flow.response.raw_content = None
-                shim.responseheaders(flow)
+                flow = streaming_flow(shim, body, path)
                 if not (cold and done):
                     for read in reads:
                         flow.response.stream(read)
@@ -118,6 +110,23 @@ def through_hooks(kind, paths: dict[bytes, str], flows: list[list[bytes]], passe
                         evict()
                         operator.call(stream, read)  # (what callgrind counts: --toggle-collect)
                 shim.response(flow)
+
+
+def streaming_flow(shim, body: bytes, path: str):
+    """A flow (mitmproxy's test flow) of `body` to `path` through the addon's hooks up to its
+    streamed response's headers: its `response.stream` is the addon's stream callable."""
+    from mitmproxy.test import tflow, tutils
+
+    flow = tflow.tflow()
+    flow.request.method, flow.request.path = "POST", path
+    flow.request.headers["content-type"] = "application/json"
+    flow.request.content = body
+    shim.requestheaders(flow)
+    shim.request(flow)
+    flow.response = tutils.tresp(headers=((b"content-type", b"text/event-stream"), (b"transfer-encoding", b"chunked")))
+    flow.response.raw_content = None
+    shim.responseheaders(flow)
+    return flow
 
 
 def kinds(e2e) -> dict:
