@@ -27,8 +27,6 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from itertools import islice
-from operator import methodcaller
 from typing import Any
 
 import orjson
@@ -188,9 +186,6 @@ def _lines(body: bytes) -> list[bytes]:
     return body.split(b"\n") if body.find(b"\r") < 0 else body.splitlines()
 
 
-_is_data_line = methodcaller("startswith", b"data:")
-
-
 def _data_lines(body: bytes) -> Iterable[bytes]:
     for line in _lines(body):
         if line.startswith(b"data:") and not line[5:].lstrip().startswith(b"[DONE]"):
@@ -210,9 +205,7 @@ def _sse_data(body: bytes, wanted: re.Pattern[bytes] | None = None) -> Iterable[
 def _unsteady_events(body: bytes, steady: SteadyDeltas | None) -> Iterable[tuple[bytes, Any]]:
     """Each data line that `steady` did not take, with its JSON (lines that are none, `[DONE]`
     among them, are skipped). Lazy: what the caller learns from one line serves the next."""
-    # Only data lines: every reader skips the others (blank lines, a Messages event's `event:`
-    # line, comments), and this filter skips them in C, where a run of steady events tried each.
-    lines = list(filter(_is_data_line, _lines(body)))
+    lines = list(filter(None, _lines(body)))  # (without the blank lines, in C)
     at, count = 0, len(lines)
     while at < count:
         if steady is not None:
@@ -221,6 +214,8 @@ def _unsteady_events(body: bytes, steady: SteadyDeltas | None) -> Iterable[tuple
                 break
         line = lines[at]
         at += 1
+        if not line.startswith(b"data:"):
+            continue
         try:
             yield line, orjson.loads(line[5:])
         except orjson.JSONDecodeError:
@@ -249,48 +244,48 @@ class SteadyDeltas:
         self._frames: list[tuple[Frame, tuple[list[str], ...]]] = []  # the newest first
 
     def take(self, lines: list[bytes], at: int) -> int:
-        """The data lines (`lines`, no other) from `at` on that are events of learned frames
-        (their pieces added): where the first line that must be read in full is (`len(lines)`:
-        none)."""
+        """The lines from `at` on that are events of learned frames (their pieces added) or no
+        data lines: where the first line that must be read in full is (`len(lines)`: none)."""
         count = len(lines)
         while at < count:
             line = lines[at]
+            if not line.startswith(b"data:"):
+                at += 1
+                continue
             for frame, targets in self._frames:
                 if frame.split(line) is not None:
                     break
             else:
                 return at
             at = self._take_run(lines, at, frame, targets)
-            if at < count and frame.split(lines[at]) is not None:
+            if at < count and lines[at].startswith(b"data:") and frame.split(lines[at]) is not None:
                 return at  # (a piece that is no string by itself: read in full)
         return at
 
     @staticmethod
     def _take_run(lines: list[bytes], at: int, frame: Frame, targets: tuple[list[str], ...]) -> int:
-        """The run of events of `frame` from `at` (data lines), their pieces decoded at once:
-        where the run ends."""
+        """The run of events of `frame` from `at` (with the lines between them that are no data
+        lines), their pieces decoded at once: where the run ends."""
         count, pieces, first = len(lines), [], at
         head, mid, tail, fixed, start = frame.head, frame.mid, frame.tail, frame.fixed, len(frame.head)
-        join, add = b"".join, pieces.append
-        # (`frame.split`, inline, a stream's commonest lines: a line is of the frame when it is
-        # made again from its string. The compare alone tells: a line shorter than the frame, or
-        # a mirrored one of an odd length, is made again longer or shorter than it is.)
-        if mid is None:
-            for at, line in enumerate(islice(lines, first, None), first):
-                body = line[start : len(line) - len(tail)]
-                if join((head, body, tail)) != line:
-                    break  # (another event: the run ends)
-                add(body)
-            else:
-                at = count
-        else:
-            for at, line in enumerate(islice(lines, first, None), first):
-                body = line[start : start + ((len(line) - fixed) >> 1)]
-                if join((head, body, mid, body, tail)) != line:
-                    break
-                add(body)
-            else:
-                at = count
+        join = b"".join
+        while at < count:  # (`frame.split`, inline: a stream's commonest lines)
+            line = lines[at]
+            extra = len(line) - fixed
+            if mid is None:
+                if extra >= 0 and line.startswith(head) and line.endswith(tail):
+                    pieces.append(line[start : start + extra])
+                    at += 1
+                    continue
+            elif extra >= 0 and not extra & 1:
+                body = line[start : start + (extra >> 1)]
+                if join((head, body, mid, body, tail)) == line:
+                    pieces.append(body)
+                    at += 1
+                    continue
+            if line.startswith(b"data:"):
+                break  # (another event: the run ends; a line of no data is skipped)
+            at += 1
         texts = _each_string(pieces)
         if texts is None:  # a piece that is no string by itself: the pieces before it, then its line
             texts = []
@@ -299,7 +294,11 @@ class SteadyDeltas:
                     texts.append(orjson.loads(b'"' + piece + b'"'))
                 except orjson.JSONDecodeError:
                     break
-            at = first + len(texts)  # (the run's lines are its pieces, in order: the failing one's line)
+            # (the run's data lines are its pieces, in order: the failing one's is the len(texts)-th)
+            end, at, before = at, first, len(texts)
+            while at < end and (before or not lines[at].startswith(b"data:")):
+                before -= lines[at].startswith(b"data:")
+                at += 1
         for target in targets:
             target.extend(texts)
         return at
