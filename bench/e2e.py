@@ -31,7 +31,9 @@ run (start-up and warm-up excluded) and divided by the upstream events; per-flow
 parsing, the `response` hook) is included, spread over the stream's events. Figures are medians
 over the runs, a ratio the median of the per-run ratios (their range beside it). A third proxy,
 the baseline script with an identity stream callable, gives mitmproxy's own cost of calling a
-stream function (plain text). Every addon answer is checked: plain bodies byte for byte, every
+stream function (plain text); a fourth, with a callable that parses and re-serialises each event
+with orjson and sends the read as it came, runs with the Kimi load: the least any rewrite that
+reads every event costs inside mitmdump (the core's floor), next to what the addon costs. Every addon answer is checked: plain bodies byte for byte, every
 tool call of the other streams present in the client's SSE, no markup left.
 
 Latency. Streams whose deltas carry a sequence tag (`q0001234!`): in `content` for plain prose,
@@ -638,7 +640,7 @@ BURST = 8
 MODES = (("paced", 1), ("in bursts", BURST))
 
 
-def cpu_rows(rig: Rig, baseline: Mitmdump, addon: Mitmdump, identity: Mitmdump, quick: bool) -> list[Row]:
+def cpu_rows(rig: Rig, baseline: Mitmdump, addon: Mitmdump, identity: Mitmdump, floor: Mitmdump, quick: bool) -> list[Row]:
     """Each run sends the same load through the proxies at the same time (so that whatever else
     the machine does weighs on both alike), and samples their CPU before and after."""
     streams, interval = 40, 0.016  # 2,500 events/s per proxy
@@ -649,7 +651,7 @@ def cpu_rows(rig: Rig, baseline: Mitmdump, addon: Mitmdump, identity: Mitmdump, 
     timeout = per_stream * 2 * interval * 10 + 30
     for kind in KINDS:  # warm up: imports, caches, the first flows
         warm = Load(loads[(kind, "paced")].jobs[:4], 0, 0, loads[(kind, "paced")].body)
-        rig.fetch_many([(proxy, warm.jobs) for proxy in (baseline, addon, identity)], 4, timeout)
+        rig.fetch_many([(proxy, warm.jobs) for proxy in (baseline, addon, identity, floor)], 4, timeout)
     per10k: dict[tuple[Kind, str, str], list[float]] = {}
     reads: dict[str, list[float]] = {mode: [] for mode, _ in MODES}
     calls = 0
@@ -658,7 +660,9 @@ def cpu_rows(rig: Rig, baseline: Mitmdump, addon: Mitmdump, identity: Mitmdump, 
     for _ in range(repeats):
         for kind, mode, _burst in runs:
             load = loads[(kind, mode)]
-            proxies = (baseline, addon, identity) if kind is PLAIN else (baseline, addon)  # (the identity row is Chat's)
+            # (The identity callable runs with the plain load, the parsing one with Kimi's: three
+            # proxies at once in both.)
+            proxies = (baseline, addon, identity) if kind is PLAIN else (baseline, addon, floor) if kind is KIMI else (baseline, addon)
             time.sleep(0.2)  # the previous run's connections are closed
             proxies = order.sample(proxies, len(proxies))  # who connects first changes from run to run
             before = [proxy.cpu() for proxy in proxies]
@@ -687,6 +691,12 @@ def cpu_rows(rig: Rig, baseline: Mitmdump, addon: Mitmdump, identity: Mitmdump, 
         rows.append(Row(
             SECTION, f"CPU per 10k events, plain text, {mode}: an identity stream callable vs `stream = True` (mitmproxy's own cost)",
             f"{median(ident):.3f} s vs {median(base):.3f} s = {median(ratios):.2f}x{_spread(ratios)}",
+        ))  # fmt: skip
+        base, parsed = per10k[(KIMI, mode, baseline.name)], per10k[(KIMI, mode, floor.name)]
+        ratios = [p / b for p, b in zip(parsed, base)]
+        rows.append(Row(
+            SECTION, f"CPU per 10k events, Kimi tool calls, {mode}: a callable that parses and re-serialises every event (orjson) vs `stream = True` (the floor of reading every event)",
+            f"{median(parsed):.3f} s vs {median(base):.3f} s = {median(ratios):.2f}x{_spread(ratios)}",
         ))  # fmt: skip
     rows.append(Row(
         SECTION, "CPU runs: the load; network reads per upstream event; what the addon's clients got",
@@ -944,12 +954,13 @@ def run(quick: bool = False) -> list[Row]:
         baseline = rig.proxy("baseline", BASELINE_SCRIPT)
         addon = rig.proxy("addon", ADDON_SCRIPT)
         callable_ = rig.proxy("identity callable", BASELINE_SCRIPT, "passthrough_callable=true")
+        floor = rig.proxy("parsing callable", BASELINE_SCRIPT, "passthrough_parse=true")
         # warm-up for the RSS figure: a few whole streams, so imports and caches are loaded
         warm = make_load(rig, KIMI, 4, 300, 0.0005, templates=2)
         for proxy in (baseline, addon):
             rig.fetch_all(proxy, warm.jobs, 2, 60)
         rows += rss_rows(rig, baseline, addon, quick)
-        rows += cpu_rows(rig, baseline, addon, callable_, quick)
+        rows += cpu_rows(rig, baseline, addon, callable_, floor, quick)
         rows += latency_rows(rig, baseline, addon, quick)
         logged = {proxy.name: proxy.lines[:5] for proxy in rig.proxies if proxy.lines}
     assert not logged, f"a proxy wrote output during the bench (its CPU figures count it): {logged}"
