@@ -3,17 +3,20 @@ does not move with the machine's load, for comparing two versions of the code (t
 timings move by a third from run to run; an instruction count moves by about 1%, with Python's
 hash seed). Not a target row: an A/B tool.
 
-    .venv/bin/python bench/instructions.py [KIND ...] [--reads N]
+    .venv/bin/python bench/instructions.py [KIND ...] [--reads N] [--hooks] [--cold] [--set NAME=VALUE]
 
 KIND: the end-to-end bench's streams (bench/e2e.py): plain, kimi, sentinel, xml, responses,
-messages-plain, messages-kimi (default: all). `--reads N`: events per network read (default 8,
-as in bursts; 1 as paced). `--hooks`: each flow goes through the addon's mitmproxy hooks as
-well (mitmproxy's test flows: request headers, request, response headers, the stream callable,
-response), which adds what a flow costs the addon besides its events (and the making of those
-test flows, the same for any version). Each stream is 8 flows of about 200 events, fed through
-a fresh rewriter each and closed; the count is that of two passes less that of none (start-up,
-imports and a warm-up pass cancel out), per flow. Needs valgrind (Debian's package). To compare
-an older version, point PYTHONPATH at its `addon/` (`git worktree add /tmp/old REV`).
+messages-plain, messages-kimi (default: all). `--reads N`: events per network read (default 8, as
+in bursts; 1 as paced). `--hooks`: each flow goes through the addon's mitmproxy hooks as well
+(mitmproxy's test flows: request headers, request, response headers, the stream callable,
+response), which adds what a flow costs the addon besides its events (and the making of those test
+flows, the same for any version). `--set NAME=VALUE` (with `--hooks` or `--cold`; again for more):
+an option of the addon for the flows, e.g. `toolshim_request_repairs=off`, which leaves remembering
+the turn out (a quarter of the Kimi flows' `--cold` cycles). Each stream is 8 flows of about 200
+events, fed through a fresh rewriter each and closed; the count is that of two passes less that of
+none (start-up, imports and a warm-up pass cancel out), per flow. Needs valgrind (Debian's
+package). To compare an older version, point PYTHONPATH at its `addon/`
+(`git worktree add /tmp/old REV`).
 
 `--cold`: what a flow's reads cost when each begins with cold caches, as inside a busy mitmdump,
 where each read of a stream comes after mitmproxy's own work for other reads (about 0.5 ms, bursts
@@ -43,6 +46,7 @@ FLOWS, PASSES = 8, 2
 COLD_FLOWS = 4  # (each read simulated cold costs about a millisecond of valgrind's time)
 CACHES = ["--cache-sim=yes", "--I1=32768,8,64", "--D1=32768,8,64", "--LL=524288,8,64"]
 COLD_EVENTS = ("Ir", "I1mr", "D1mr", "D1mw", "ILmr", "DLmr", "DLmw")
+OPTIONS = "TOOLSHIM_INSTRUCTIONS_SET"  # (`--set`, to the runs under valgrind: one NAME=VALUE a line)
 
 
 def feed(kind_name: str, reads: int, passes: int, hooks: bool, cold: str = "") -> None:
@@ -97,6 +101,8 @@ def through_hooks(kind, paths: dict[bytes, str], flows: list[list[bytes]], passe
 
     with taddons.context(shim) as tctx:
         tctx.configure(shim)
+        if os.environ.get(OPTIONS):
+            tctx.options.set(*os.environ[OPTIONS].split("\n"))
         for done in range(1 + passes):
             for reads in flows:
                 flow = streaming_flow(shim, body, path)
@@ -187,6 +193,16 @@ def main(argv: list[str]) -> int:
     cold = "--cold" in argv
     if cold:
         argv.remove("--cold")
+    settings = []
+    while "--set" in argv:
+        at = argv.index("--set")
+        settings.append(argv[at + 1])
+        del argv[at : at + 2]
+    if settings:
+        if not (hooks or cold):
+            print("--set needs --hooks or --cold (the addon's options reach the flows through its hooks)", file=sys.stderr)
+            return 2
+        os.environ[OPTIONS] = "\n".join(settings)
     sys.path.insert(0, str(BENCH))
     import e2e
 
