@@ -685,19 +685,18 @@ def cpu_rows(rig: Rig, baseline: Mitmdump, addon: Mitmdump, identity: Mitmdump, 
             f"{median(mine):.3f} s vs {median(base):.3f} s = {ratio:.3f}x{_spread(ratios)}",
             f"<= {target:.2f}x", ratio <= target,
         ))  # fmt: skip
+    context = (  # rows with no target: what a stream callable costs that does nothing, or only parses
+        (PLAIN, identity, "plain text", "an identity stream callable vs `stream = True` (mitmproxy's own cost)"),
+        (KIMI, floor, "Kimi tool calls", "a callable that parses and re-serialises every event (orjson) vs `stream = True` (the floor of reading every event)"),
+    )
     for mode, _burst in MODES:
-        base, ident = per10k[(PLAIN, mode, baseline.name)], per10k[(PLAIN, mode, identity.name)]
-        ratios = [i / b for i, b in zip(ident, base)]
-        rows.append(Row(
-            SECTION, f"CPU per 10k events, plain text, {mode}: an identity stream callable vs `stream = True` (mitmproxy's own cost)",
-            f"{median(ident):.3f} s vs {median(base):.3f} s = {median(ratios):.2f}x{_spread(ratios)}",
-        ))  # fmt: skip
-        base, parsed = per10k[(KIMI, mode, baseline.name)], per10k[(KIMI, mode, floor.name)]
-        ratios = [p / b for p, b in zip(parsed, base)]
-        rows.append(Row(
-            SECTION, f"CPU per 10k events, Kimi tool calls, {mode}: a callable that parses and re-serialises every event (orjson) vs `stream = True` (the floor of reading every event)",
-            f"{median(parsed):.3f} s vs {median(base):.3f} s = {median(ratios):.2f}x{_spread(ratios)}",
-        ))  # fmt: skip
+        for kind, proxy, load_name, what in context:
+            base, other = per10k[(kind, mode, baseline.name)], per10k[(kind, mode, proxy.name)]
+            ratios = [o / b for o, b in zip(other, base)]
+            rows.append(Row(
+                SECTION, f"CPU per 10k events, {load_name}, {mode}: {what}",
+                f"{median(other):.3f} s vs {median(base):.3f} s = {median(ratios):.2f}x{_spread(ratios)}",
+            ))  # fmt: skip
     rows.append(Row(
         SECTION, "CPU runs: the load; network reads per upstream event; what the addon's clients got",
         f"{streams} streams of ~{per_stream} events per proxy at once, {streams / interval:,.0f} events/s per proxy: "
