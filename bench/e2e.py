@@ -33,8 +33,9 @@ over the runs, a ratio the median of the per-run ratios (their range beside it).
 the baseline script with an identity stream callable, gives mitmproxy's own cost of calling a
 stream function (plain text); a fourth, with a callable that parses and re-serialises each event
 with orjson and sends the read as it came, runs with the Kimi load: the least any rewrite that
-reads every event costs inside mitmdump (the core's floor), next to what the addon costs. Every addon answer is checked: plain bodies byte for byte, every
-tool call of the other streams present in the client's SSE, no markup left.
+reads every event costs inside mitmdump (the core's floor), next to what the addon costs. Every
+addon answer is checked: plain bodies byte for byte, every tool call of the other streams present
+in the client's SSE, no markup left.
 
 Latency. Streams whose deltas carry a sequence tag (`q0001234!`): in `content` for plain prose,
 which passes untouched, and in the arguments of one long Kimi call, which stream live through the

@@ -21,7 +21,7 @@ def parse_each_event(data: bytes) -> list[bytes]:
         if event.startswith(b"data: {"):
             try:
                 orjson.dumps(orjson.loads(event[6:]))
-            except orjson.JSONDecodeError:  # (an event cut by the network: its rest comes next read)
+            except orjson.JSONDecodeError:  # (an event the network cut in two: left unparsed, rarely)
                 pass
     return [data] if data else []
 
