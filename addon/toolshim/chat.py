@@ -663,6 +663,13 @@ class ChatStreamRewriter(SseRewriter):
         finished = bool(parts) and parts[-1][0] in ("args", "call")
         lane = ArgsLane(frame, live_path(lexer, past_idle_first=True), head, rendered, finished, state, channel)
         self._args = lane
+        if (laned := self.laned) is not None:
+            # The call the lane's pieces go to, as the client numbers it, and the bytes around
+            # each. What the full path sent in this read makes its output larger than the noted
+            # events, unless the frames differ in size (`fixed`): the read is not taken.
+            laned.spoiled = True
+            laned.call = (rendered.choice.get("index", 0), index) if lane.alone and type(index) is int else None
+            laned.fixed = len(head) + len(lane.tail)
         self._direct = self._lane_direct(type(self)._args_read)
 
     def _render_frame(self, raw: bytes, frame: Frame, choice: dict[str, Any], channel: tuple[str, ...], open_index: int | None) -> Rendered | None:
@@ -750,6 +757,8 @@ class ChatStreamRewriter(SseRewriter):
             else:  # orjson's escapes may differ from upstream's
                 body = orjson.dumps(piece)[1:-1]
             if lane.alone:
+                if (laned := self.laned) is not None:
+                    laned.append(body)
                 return [lane.head + body + lane.tail]
             return [*lane.before, lane.head + body + lane.tail, *lane.after]
         # Anything else: what the lexers around the leaf make of it, rendered as the full path does.

@@ -27,6 +27,8 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from itertools import accumulate, count as counting
+from operator import add
 from typing import Any
 
 import orjson
@@ -173,6 +175,37 @@ def turns_given(api: str, body: bytes) -> list[GivenTurn]:
     if api == MESSAGES:
         return [_messages_turn(_messages_stream_content(body))]
     return _chat_stream_turns(body)
+
+
+def turns_given_pieces(api: str, pieces: list[bytes], laned: Mapping[int, tuple]) -> list[GivenTurn]:
+    """`turns_given` of the body `pieces` make, where the pieces `laned` names (by where they
+    begin: the call, its pieces of arguments as string bodies, how many pieces) are not read
+    again: a Chat stream's lane sent them, and noted what (stream.py's `LanedRead`). The reads
+    between are read as ever, in order, so the pieces of a call's arguments keep the order the
+    client got them in."""
+    if not laned or api in (RESPONSES, MESSAGES):
+        return turns_given(api, b"".join(pieces))
+    turns, at, count, start = _ChatTurns(), 0, len(pieces), 0
+    while at < count:
+        noted = laned.get(at)
+        if noted is None:
+            at += 1
+            continue
+        if start < at:
+            turns.read(b"".join(pieces[start:at]))
+        call, bodies, size = noted
+        at += size
+        if (more := laned.get(at)) is not None and more[0] == call:  # a lane's reads in a row (paced: one event each)
+            bodies = bodies[:]
+            while more is not None and more[0] == call:
+                bodies += more[1]
+                at += more[2]
+                more = laned.get(at)
+        turns.add_arguments(*call, bodies)
+        start = at
+    if start < count:
+        turns.read(b"".join(pieces[start:]))
+    return turns.turns()
 
 
 def _dicts(value: Any) -> list[dict]:
@@ -328,13 +361,17 @@ def _each_string(bodies: list[bytes]) -> list[str] | None:
     it (looked for), and a quote that a body does not escape adds a string or breaks the array."""
     joined = b'","'.join(bodies) + b'","'
     cut = joined.find(b'\\","')
-    while cut >= 0:  # (rare: a body that ends in an escaped backslash is whole)
-        before = cut
-        while before >= 0 and joined[before] == 92:
-            before -= 1
-        if (cut - before) & 1:
-            return None
-        cut = joined.find(b'\\","', cut + 4)
+    separators = None
+    while cut >= 0:  # (`\",` ends many a piece of JSON: only a separator's own backslashes count)
+        if separators is None:  # where the separators begin: the bodies' lengths summed, 3 a separator
+            separators = set(map(add, accumulate(map(len, bodies)), counting(0, 3)))
+        if cut + 1 in separators:
+            before = cut
+            while before >= 0 and joined[before] == 92:
+                before -= 1
+            if (cut - before) & 1:
+                return None
+        cut = joined.find(b'\\","', cut + 1)
     try:
         texts = orjson.loads(b'["' + joined[:-2] + b"]")
     except orjson.JSONDecodeError:
@@ -355,41 +392,67 @@ def _chat_message_turn(message: Any) -> GivenTurn:
 
 
 def _chat_stream_turns(body: bytes) -> list[GivenTurn]:
-    """Accumulate each choice of a Chat stream the way the SDKs do. Texts are kept as pieces and
-    joined once at the end: adding each delta to a growing string copies the string every time,
-    which is quadratic in a long reasoning (1 MB took seconds, on the proxy's event loop)."""
-    choices: dict[Any, dict[str, Any]] = {}
-    steady = SteadyDeltas() if STEADY else None
-    for line, chunk in _unsteady_events(body, steady):
-        if not isinstance(chunk, dict):
-            continue
-        if steady is not None:
-            _learn_chat(steady, line, chunk, choices)
-        for choice in _dicts(chunk.get("choices")):
-            delta = choice.get("delta")
-            if not isinstance(delta, dict):
+    turns = _ChatTurns()
+    turns.read(body)
+    return turns.turns()
+
+
+class _ChatTurns:
+    """Accumulate each choice of a Chat stream the way the SDKs do, from the body's pieces in
+    order (`read`), or from pieces of a call's arguments told (`add_arguments`). Texts are kept
+    as pieces and joined once at the end: adding each delta to a growing string copies the
+    string every time, which is quadratic in a long reasoning (1 MB took seconds, on the
+    proxy's event loop)."""
+
+    def __init__(self) -> None:
+        self.choices: dict[Any, dict[str, Any]] = {}
+        self.steady = SteadyDeltas() if STEADY else None  # (its frames hold on from one read to the next)
+
+    def _choice(self, index: Any) -> dict[str, Any]:
+        acc = self.choices.get(index)
+        if acc is None:
+            acc = self.choices[index] = {"calls": {}, "details": [], **{name: [] for name in _CHAT_TEXTS}}
+        return acc
+
+    def read(self, body: bytes) -> None:
+        choices, steady = self.choices, self.steady
+        for line, chunk in _unsteady_events(body, steady):
+            if not isinstance(chunk, dict):
                 continue
-            acc = choices.get(choice.get("index", 0))
-            if acc is None:
-                acc = choices[choice.get("index", 0)] = {"calls": {}, "details": [], **{name: [] for name in _CHAT_TEXTS}}
-            for name in _CHAT_TEXTS:
-                if isinstance(delta.get(name), str):
-                    acc[name].append(delta[name])
-            if isinstance(delta.get("reasoning_details"), list):
-                _merge_details(acc["details"], delta["reasoning_details"])
-            for entry in _dicts(delta.get("tool_calls")):
-                call = acc["calls"].setdefault(entry.get("index", len(acc["calls"])), ([], [], []))
-                function = entry.get("function") if isinstance(entry.get("function"), dict) else {}
-                for pieces, piece in zip(call, (entry.get("id"), function.get("name"), function.get("arguments"))):
-                    if isinstance(piece, str):
-                        pieces.append(piece)
-    turns = []
-    for acc in choices.values():
-        message: dict[str, Any] = {name: "".join(acc[name]) if acc[name] else None for name in _CHAT_TEXTS}
-        message["reasoning_details"] = [_joined(detail) for detail in acc["details"]]
-        message["tool_calls"] = [{"id": "".join(i), "function": {"name": "".join(n), "arguments": "".join(a)}} for i, n, a in acc["calls"].values()]
-        turns.append(_chat_message_turn(message))
-    return turns
+            if steady is not None:
+                _learn_chat(steady, line, chunk, choices)
+            for choice in _dicts(chunk.get("choices")):
+                delta = choice.get("delta")
+                if not isinstance(delta, dict):
+                    continue
+                acc = self._choice(choice.get("index", 0))
+                for name in _CHAT_TEXTS:
+                    if isinstance(delta.get(name), str):
+                        acc[name].append(delta[name])
+                if isinstance(delta.get("reasoning_details"), list):
+                    _merge_details(acc["details"], delta["reasoning_details"])
+                for entry in _dicts(delta.get("tool_calls")):
+                    call = acc["calls"].setdefault(entry.get("index", len(acc["calls"])), ([], [], []))
+                    function = entry.get("function") if isinstance(entry.get("function"), dict) else {}
+                    for pieces, piece in zip(call, (entry.get("id"), function.get("name"), function.get("arguments"))):
+                        if isinstance(piece, str):
+                            pieces.append(piece)
+
+    def add_arguments(self, choice: Any, index: int, bodies: list[bytes]) -> None:
+        """The pieces of a call's arguments, as JSON string bodies (each one string)."""
+        # (Each is one string by itself: the lane sent what orjson made or decoded. So none ends
+        # in an odd run of backslashes, and joined they parse as an array of as many.)
+        texts = orjson.loads(b'["' + b'","'.join(bodies) + b'"]')
+        self._choice(choice)["calls"].setdefault(index, ([], [], []))[2].extend(texts)
+
+    def turns(self) -> list[GivenTurn]:
+        turns = []
+        for acc in self.choices.values():
+            message: dict[str, Any] = {name: "".join(acc[name]) if acc[name] else None for name in _CHAT_TEXTS}
+            message["reasoning_details"] = [_joined(detail) for detail in acc["details"]]
+            message["tool_calls"] = [{"id": "".join(i), "function": {"name": "".join(n), "arguments": "".join(a)}} for i, n, a in acc["calls"].values()]
+            turns.append(_chat_message_turn(message))
+        return turns
 
 
 _CHAT_TEXTS = ("reasoning_content", "reasoning", "content")

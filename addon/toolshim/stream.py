@@ -298,6 +298,29 @@ def _latest_fields(fields: bytes) -> bytes:
     return last_retry + last_id
 
 
+class LanedRead(list):
+    """The string bodies a lane sent as pieces of a call's arguments in the read being fed (one
+    event each, `fixed` bytes around each body), for remembering the turn (memory.py) without
+    reading those events again. `call` (choice index, call index; None: not told) and `fixed`
+    are set where a lane is armed, which `spoiled` the read. The caller takes a read's pieces
+    only when its output is exactly these events (its size tells: anything else sent makes it
+    larger), and starts each read afresh: a read whose output holds anything else is read
+    again whole."""
+
+    __slots__ = ("call", "fixed", "spoiled")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.call: tuple[Any, int] | None = None
+        self.fixed = 0
+        self.spoiled = False
+
+    def sent_only_these(self, out: list[bytes]) -> bool:
+        """Is `out`, the read's output, exactly the events of these bodies?"""
+        size = len(out[0]) if len(out) == 1 else sum(map(len, out))
+        return not self.spoiled and self.call is not None and size == len(self) * self.fixed + sum(map(len, self))
+
+
 class SseRewriter:
     """An SSE body in (any byte pieces), the repaired SSE body out."""
 
@@ -316,6 +339,9 @@ class SseRewriter:
         # Set by a subclass while its state lets whole reads pass when `_nothing_to_read`.
         self._passes_whole_reads = False
         self.lanes = LANES
+        # Set (to a `LanedRead`) by the caller that remembers the turn: the lanes that note what
+        # they send (chat.py's `_args_read`) note it there; the caller takes it after each read.
+        self.laned: LanedRead | None = None
         # Set by a subclass (`_direct`): the lane a read of one whole event takes from `feed` (it
         # returns the events to send, or None: the event takes the framed path). A function
         # called with the rewriter, never a bound method or a closure holding it: a rewriter in
