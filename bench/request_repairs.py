@@ -2,9 +2,6 @@
 
     repair of a 200-message, 1 MB Kimi history   the work after the one parse that decides
                                                   (lookups, repairs, serialising), median
-
-Times are the thread's CPU time (`time.thread_time`): a request's repair is pure computation on
-one thread, and CPU time does not count the waits for a core that a shared machine adds.
     a request that needs nothing                  the work after that parse, median
     in-process state                              entries and bytes after many more records
                                                   than its bounds allow
@@ -12,6 +9,13 @@ one thread, and CPU time does not count the waits for a core that a shared machi
                                                   stream's mirrored reasoning in 4-character
                                                   deltas) at the end of a stream: time per
                                                   byte, 1 MB vs 1 KB of reasoning
+    remembering a big call                        the same at the terminal event of a turn whose
+                                                  call's arguments are 20 KB, as the addon does
+                                                  it (the pieces the lane noted taken, the rest
+                                                  read), beside reading every event again
+
+Times are the thread's CPU time (`time.thread_time`): a request's repair is pure computation on
+one thread, and CPU time does not count the waits for a core that a shared machine adds.
 
 Run alone with `.venv/bin/python bench/request_repairs.py`, or as part of `bench/run.py`.
 """
@@ -31,7 +35,7 @@ from table import Row  # noqa: E402
 from toolshim.apis import CHAT  # noqa: E402
 from toolshim.backends import RepairPolicy, backend_for  # noqa: E402
 from toolshim.history import HistoryRepair  # noqa: E402
-from toolshim.memory import KeyMaker, LocalStore, turns_given  # noqa: E402
+from toolshim.memory import KeyMaker, LocalStore, turns_given, turns_given_pieces  # noqa: E402
 
 POLICY = RepairPolicy.parse("auto")
 HEADERS = {"authorization": "Bearer sk-bench"}
@@ -112,6 +116,51 @@ def remembering_seconds_per_byte(size: int) -> float:
     return (time.thread_time() - start) / rounds / size
 
 
+def big_call_turn(events_a_read: int = 8) -> tuple[list[bytes], dict]:
+    """A Kimi turn whose one call writes a 20 KB file (its markup in mirrored reasoning, in
+    4-character deltas: about 6,200 events) through the addon's stream callable in reads of
+    `events_a_read`: what it hands to remembering at the terminal event (`sent`, `laned`)."""
+    from toolshim.addon import StreamRewrite
+    from toolshim.chat import ChatStreamRewriter
+    from toolshim.encoding import incremental_decoder
+    from toolshim.tools import RequestContext
+
+    model = "moonshotai/Kimi-K2.5"
+    tools = [{"type": "function", "function": {"name": "write", "parameters": {"type": "object"}}}]
+    context = RequestContext.from_body(orjson.dumps({"model": model, "tools": tools, "stream": True}))
+    arguments = orjson.dumps({"path": "a.py", "content": "x = 1\n" * 3500}).decode()
+    text = f"Writing it.<|tool_calls_section_begin|><|tool_call_begin|>functions.write:0<|tool_call_argument_begin|>{arguments}<|tool_call_end|><|tool_calls_section_end|>"
+
+    def chunk(delta: dict, finish: str | None = None) -> bytes:
+        return b"data: " + orjson.dumps({"id": "c", "object": "chat.completion.chunk", "created": 1, "model": model, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}) + b"\n\n"
+
+    pieces = [text[at : at + 4] for at in range(0, len(text), 4)]
+    events = [chunk({"role": "assistant", "content": ""}), *(chunk({"reasoning": p, "reasoning_content": p}) for p in pieces), chunk({}, "tool_calls"), b"data: [DONE]\n\n"]
+    handed = []
+    stream = StreamRewrite(ChatStreamRewriter(context), incremental_decoder(""), "bench", False, on_terminal=lambda sent, laned: handed.append((sent, laned)))
+    for at in range(0, len(events), events_a_read):
+        stream(b"".join(events[at : at + events_a_read]))
+    stream(b"")
+    [(sent, laned)] = handed
+    return sent, laned
+
+
+def remembering_a_big_call(rounds: int) -> tuple[float, float]:
+    """Median seconds of remembering `big_call_turn` as the addon does (the lane's noted pieces
+    taken, the other reads read), and of reading every event of what was sent again."""
+    sent, laned = big_call_turn()
+    taken, read_again = [], []
+    for _ in range(rounds):
+        start = time.thread_time()
+        [turn] = turns_given_pieces(CHAT, sent, laned)
+        middle = time.thread_time()
+        [again] = turns_given(CHAT, b"".join(sent))
+        taken.append(middle - start)
+        read_again.append(time.thread_time() - middle)
+    assert turn == again and len(turn.calls[0][2]) > 20_000
+    return statistics.median(taken), statistics.median(read_again)
+
+
 def run(quick: bool = False) -> list[Row]:
     rounds = 15 if quick else 60
     body, store = kimi_history()
@@ -120,11 +169,17 @@ def run(quick: bool = False) -> list[Row]:
     nothing = untouched_seconds(plain, rounds)
     entries, held, bounded = state_bounds(20_000 if quick else 100_000)
     small, large = remembering_seconds_per_byte(1 << 10), remembering_seconds_per_byte(1 << 20)
+    taken, read_again = remembering_a_big_call(rounds // 3)
     return [
         Row("requests", f"repair of a 200-message, {len(body) / 1e6:.1f} MB Kimi history ({changes} changes: reasoning, ids), added after the parse, median", f"{repair * 1e3:.2f} ms", "<= 1 ms", repair <= 1e-3),
         Row("requests", "the parse that decides (made for every LLM request, before and without repairs), median", f"{parse * 1e3:.2f} ms"),
         Row("requests", "a request to a model that needs nothing: work after the parse (no re-serialisation, byte for byte)", f"{nothing * 1e6:.1f} us", "no re-serialisation", True),
         Row("scaling", "remembering what the client was given (a Kimi stream's reasoning, 4-character deltas): time per byte, 1 MB vs 1 KB", f"{large * 1e9:.0f} ns vs {small * 1e9:.0f} ns = {large / small:.2f}x", "<= 1.3x", large / small <= 1.3),
+        Row(
+            "requests",
+            "remembering a Kimi turn whose call writes 20 KB (6,200 events, reads of 8), at its terminal event, median: the lane's noted pieces taken / every event read again",
+            f"{taken * 1e3:.2f} ms / {read_again * 1e3:.2f} ms",
+        ),
         Row("requests", f"in-process state after {bounded.stats.evicted + entries:,} records of 2 KB (bounds 10,000 entries, 8 MB)", f"{entries:,} entries, {held / 2**20:.1f} MB", "<= the bounds", entries <= 10_000 and held <= 8 << 20),
     ]
 

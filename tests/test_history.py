@@ -17,7 +17,8 @@ from toolshim.memory import KeyMaker, LocalStore, turns_given
 
 from harness import sse_body
 from kimi import chunk
-from test_fuzz import budget, by_event, chat_case
+from test_core_messages import hostile_messages
+from test_fuzz import budget, by_event, chat_case, split_at
 from toolshim.tools import RequestContext
 
 ALL = frozenset(REPAIRS)
@@ -532,56 +533,65 @@ def _one_string(body: bytes) -> bool:
         return False
 
 
-def remembered_through_the_stream(context, reads: list[bytes]) -> tuple[list, list, int]:
-    """A Chat stream through `StreamRewrite` in `reads`, remembered at its terminal event: the
-    turns read from what the lane noted (`turns_given_pieces`), the turns read again from the
-    whole body (`turns_given`), and how many pieces of arguments the lane noted."""
-    from toolshim.addon import StreamRewrite
+def remembered_through_the_stream(context, reads: list[bytes], api: str = CHAT) -> tuple[list, list, int]:
+    """A Chat or Messages stream through `StreamRewrite` in `reads`, remembered at its terminal
+    event: the turns read from what the lane noted (`turns_given_pieces`), the turns read again
+    from the whole body (`turns_given`), and how many pieces of arguments the lane noted."""
+    from toolshim.addon import CHAT_TERMINAL, MESSAGES_TERMINAL, StreamRewrite
     from toolshim.chat import ChatStreamRewriter
     from toolshim.encoding import incremental_decoder
     from toolshim.memory import turns_given_pieces
+    from toolshim.messages import MessagesStreamRewriter
 
     handed = []
-    stream = StreamRewrite(ChatStreamRewriter(copy.deepcopy(context)), incremental_decoder(""), "u", False, on_terminal=lambda sent, laned: handed.append((list(sent), dict(laned))))
+    rewriter = (MessagesStreamRewriter if api == MESSAGES else ChatStreamRewriter)(copy.deepcopy(context))
+    terminal = MESSAGES_TERMINAL if api == MESSAGES else CHAT_TERMINAL
+    stream = StreamRewrite(rewriter, incremental_decoder(""), "u", False, on_terminal=lambda sent, laned: handed.append((list(sent), copy.deepcopy(laned))), terminal=terminal)
     for read in [*reads, b""]:
         stream(read)
     [(sent, laned)] = handed
     noted = sum(len(bodies) for _, bodies, _ in laned.values())
-    return turns_given_pieces(CHAT, sent, laned), turns_given(CHAT, b"".join(sent)), noted
+    return turns_given_pieces(api, sent, laned), turns_given(api, b"".join(sent)), noted
 
 
 def test_what_a_lane_noted_is_remembered_as_the_body_read_again(monkeypatch):
     """The lane notes the pieces of arguments it sends (stream.py's `LanedRead`), and a read that
     sent nothing else is not read again: the turns are those of the whole body read again, for
-    the lanes' streams and the recorded ones in every way of cutting them into reads (one event
-    a read, two, eight, each event cut in two, random splits)."""
+    the lanes' Chat and Messages streams and the recorded ones in every way of cutting them into
+    reads (one event a read, two, eight, each event cut in two, random splits)."""
     from test_lanes import CountingSecrets, event_cuts, lane_streams, recorded_streams
     from toolshim import calls
 
-    cases = [(name, context, body) for name, api, context, body in lane_streams() if api == CHAT]
-    cases += [(param.id, RequestContext.from_body(param.values[1]), param.values[2]) for param in recorded_streams() if param.values[0] == CHAT]
+    cases = [(name, api, context, body) for name, api, context, body in lane_streams() if api != RESPONSES]
+    for param in recorded_streams():
+        api, request_body, body = param.values
+        if api == CHAT:
+            cases.append((param.id, api, RequestContext.from_body(request_body), body))
+        elif api == MESSAGES:
+            cases.append((param.id, api, RequestContext.from_request(json.loads(request_body)), body))
     noted_in = set()
-    for name, context, body in cases:
+    for name, api, context, body in cases:
         events = by_event(body)
         for reads in [*event_cuts(body, 7), [b"".join(events[at : at + 8]) for at in range(0, len(events), 8)], [body]]:
             monkeypatch.setattr(calls, "secrets", CountingSecrets())  # (the same ids both ways)
-            fed, read_again, noted = remembered_through_the_stream(context, reads)
+            fed, read_again, noted = remembered_through_the_stream(context, reads, api)
             assert fed == read_again, (name, [len(read) for read in reads][:20])
             if noted:
                 noted_in.add(name)
     # (the lane's reads were taken from what it noted, not read again: in paced and burst reads)
-    assert {"kimi in content", "kimi in mirrored reasoning", "kimi: prose and calls in turn"} <= noted_in, noted_in
+    wanted = {"kimi in content", "kimi in mirrored reasoning", "kimi: prose and calls in turn", "messages: kimi in thinking"}
+    assert wanted <= noted_in, noted_in
 
 
-def test_a_read_in_which_a_lane_is_armed_is_read_again():
+@pytest.mark.parametrize(("stream", "armed_for"), [("kimi in content", {(0, 0), (0, 1)}), ("messages: kimi in thinking", {(1,), (2,)})])
+def test_a_read_in_which_a_lane_is_armed_is_read_again(stream, armed_for):
     """Where a lane is armed the frame around its pieces may change size: the read it is armed
     in is not taken from what was noted, even where its output's size would match."""
-    from test_lanes import lane_streams
-    from toolshim.chat import ChatStreamRewriter
+    from test_lanes import REWRITERS, lane_streams
     from toolshim.stream import LanedRead
 
-    [(context, body)] = [(context, body) for name, _, context, body in lane_streams() if name == "kimi in content"]
-    rewriter = ChatStreamRewriter(copy.deepcopy(context))
+    [(api, context, body)] = [(api, context, body) for name, api, context, body in lane_streams() if name == stream]
+    rewriter = REWRITERS[api](copy.deepcopy(context))
     rewriter.laned = laned = LanedRead()
     calls = []
     for event in by_event(body):
@@ -593,7 +603,7 @@ def test_a_read_in_which_a_lane_is_armed_is_read_again():
             assert laned.sent_only_these(out)  # a piece of arguments, as the lane sent it
         laned.clear()
         laned.spoiled = False
-    assert (0, 0) in calls and (0, 1) in calls, calls  # (a call's header is read with no call open yet: None)
+    assert armed_for <= set(calls), calls  # (a call's header is read with no call open yet: None)
 
 
 @budget(100)
@@ -601,6 +611,16 @@ def test_a_read_in_which_a_lane_is_armed_is_read_again():
 def test_fuzz_what_a_lane_noted_is_remembered_as_the_body_read_again(case):
     for reads in (case["pieces"], by_event(case["body"])):
         fed, read_again, _ = remembered_through_the_stream(case["context"], reads)
+        assert fed == read_again
+
+
+@budget(100)
+@given(hostile_messages(), st.lists(st.integers(1, 5000), max_size=10), st.sampled_from(["kimi-k2", "MiniMax-M2", "qwen3", "llama-3"]))
+def test_fuzz_what_a_messages_lane_noted_is_remembered_as_the_body_read_again(body, cuts, model):
+    context = RequestContext.from_request({"model": model, "tools": [{"name": "Bash", "input_schema": {"type": "object"}}]})
+    events = by_event(body)
+    for reads in (split_at(body, [cut % len(body) for cut in cuts]), events, [b"".join(events[at : at + 8]) for at in range(0, len(events), 8)]):
+        fed, read_again, _ = remembered_through_the_stream(context, reads, MESSAGES)
         assert fed == read_again
 
 

@@ -1,8 +1,9 @@
 """Conversation state: what the client was sent with its tool calls, kept for the next request.
 
 A thinking backend wants the reasoning of its earlier turns back; many clients drop it. When a
-response reaches the client, `turns_given` reads what the client got (after toolshim's rewrite)
-and `KeyMaker` names each turn; the next request's assistant turns are looked up by the same
+response reaches the client, `turns_given` reads what the client got (after toolshim's rewrite;
+`turns_given_pieces` takes the pieces of arguments a lane noted instead of reading their events
+again) and `KeyMaker` names each turn; the next request's assistant turns are looked up by the same
 names (history.py). The state is the only thing that outlives a flow; losing it loses a repair,
 never a byte.
 
@@ -177,15 +178,15 @@ def turns_given(api: str, body: bytes) -> list[GivenTurn]:
     return _chat_stream_turns(body)
 
 
-def turns_given_pieces(api: str, pieces: list[bytes], laned: Mapping[int, tuple]) -> list[GivenTurn]:
+def turns_given_pieces(api: str, pieces: list[bytes], laned: Mapping[int, list]) -> list[GivenTurn]:
     """`turns_given` of the body `pieces` make, where the pieces `laned` names (by where they
     begin: the call, its pieces of arguments as string bodies, how many pieces) are not read
-    again: a Chat stream's lane sent them, and noted what (stream.py's `LanedRead`). The reads
-    between are read as ever, in order, so the pieces of a call's arguments keep the order the
-    client got them in."""
-    if not laned or api in (RESPONSES, MESSAGES):
+    again: a Chat or Messages stream's lane sent them, and noted what (stream.py's `LanedRead`).
+    The reads between are read as ever, in order, so the pieces of a call's arguments keep the
+    order the client got them in."""
+    if not laned or api == RESPONSES:
         return turns_given(api, b"".join(pieces))
-    turns, at, count, start = _ChatTurns(), 0, len(pieces), 0
+    turns, at, count, start = _MessagesContent() if api == MESSAGES else _ChatTurns(), 0, len(pieces), 0
     while at < count:
         noted = laned.get(at)
         if noted is None:
@@ -553,36 +554,60 @@ def _responses_turns(output: Any) -> list[GivenTurn]:
 
 def _messages_stream_content(body: bytes) -> list[dict[str, Any]]:
     """The content blocks of an Anthropic stream, accumulated as the SDKs do."""
-    blocks: dict[Any, dict[str, Any]] = {}
-    pieces: dict[Any, dict[str, list[str]]] = {}  # the deltas' texts of each block
-    steady = SteadyDeltas() if STEADY else None
-    for line, event in _unsteady_events(body, steady):
-        if not isinstance(event, dict):
-            continue
-        kind, index = event.get("type"), event.get("index")
-        if kind == "content_block_start" and isinstance(event.get("content_block"), dict):
-            blocks[index] = dict(event["content_block"])
-            pieces.pop(index, None)
-            if steady is not None:
-                steady.forget()  # (a learned frame may add to the lists just dropped)
-        elif kind == "content_block_delta" and index in blocks and isinstance(event.get("delta"), dict):
-            delta, texts = event["delta"], pieces.setdefault(index, {})
-            names = [name for name in _MESSAGES_TEXTS if isinstance(delta.get(name), str)]
-            for name in names:
-                texts.setdefault(name, []).append(delta[name])
-            if steady is not None and len(names) == 1:
-                steady.learn(line, (names[0],), {**event, "delta": {**delta, names[0]: "\x01"}}, (texts[names[0]],))
-    content = []
-    for index, block in blocks.items():
-        for name, texts in pieces.get(index, {}).items():  # joined once (see `_chat_stream_turns`)
-            block[name] = (block.get(name) or "") + "".join(texts)
-        if "partial_json" in block:
-            try:
-                block["input"] = orjson.loads(block.pop("partial_json"))
-            except orjson.JSONDecodeError:
-                continue  # not what the client could read
-        content.append(block)
-    return content
+    content = _MessagesContent()
+    content.read(body)
+    return content.blocks_given()
+
+
+class _MessagesContent:
+    """The content blocks of an Anthropic stream, accumulated as the SDKs do, from the body's
+    pieces in order (`read`), or from pieces of a tool_use block's JSON told (`add_arguments`)."""
+
+    def __init__(self) -> None:
+        self.blocks: dict[Any, dict[str, Any]] = {}
+        self.pieces: dict[Any, dict[str, list[str]]] = {}  # the deltas' texts of each block
+        self.steady = SteadyDeltas() if STEADY else None
+
+    def read(self, body: bytes) -> None:
+        blocks, pieces, steady = self.blocks, self.pieces, self.steady
+        for line, event in _unsteady_events(body, steady):
+            if not isinstance(event, dict):
+                continue
+            kind, index = event.get("type"), event.get("index")
+            if kind == "content_block_start" and isinstance(event.get("content_block"), dict):
+                blocks[index] = dict(event["content_block"])
+                pieces.pop(index, None)
+                if steady is not None:
+                    steady.forget()  # (a learned frame may add to the lists just dropped)
+            elif kind == "content_block_delta" and index in blocks and isinstance(event.get("delta"), dict):
+                delta, texts = event["delta"], pieces.setdefault(index, {})
+                names = [name for name in _MESSAGES_TEXTS if isinstance(delta.get(name), str)]
+                for name in names:
+                    texts.setdefault(name, []).append(delta[name])
+                if steady is not None and len(names) == 1:
+                    steady.learn(line, (names[0],), {**event, "delta": {**delta, names[0]: "\x01"}}, (texts[names[0]],))
+
+    def add_arguments(self, index: Any, bodies: list[bytes]) -> None:
+        """Pieces of block `index`'s `partial_json`, as JSON string bodies (see `_ChatTurns`)."""
+        if index in self.blocks:
+            texts = orjson.loads(b'["' + b'","'.join(bodies) + b'"]')
+            self.pieces.setdefault(index, {}).setdefault("partial_json", []).extend(texts)
+
+    def blocks_given(self) -> list[dict[str, Any]]:
+        content = []
+        for index, block in self.blocks.items():
+            for name, texts in self.pieces.get(index, {}).items():  # joined once (see `_ChatTurns`)
+                block[name] = (block.get(name) or "") + "".join(texts)
+            if "partial_json" in block:
+                try:
+                    block["input"] = orjson.loads(block.pop("partial_json"))
+                except orjson.JSONDecodeError:
+                    continue  # not what the client could read
+            content.append(block)
+        return content
+
+    def turns(self) -> list[GivenTurn]:
+        return [_messages_turn(self.blocks_given())]
 
 
 _MESSAGES_TEXTS = ("text", "thinking", "signature", "partial_json")

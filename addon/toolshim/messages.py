@@ -906,6 +906,10 @@ class MessagesStreamRewriter(SseRewriter):
             current is not None and source.open_call is None and not source.as_content and current.index == source.index and current.kind == source.kind
         )
         lane.quiet = lane.text is not None and not lane.quiet_if_idle and source.lexer.idle
+        if (laned := self.laned) is not None:  # (see chat.py's `_arm`)
+            laned.spoiled = True
+            laned.call = (source.open_call.index,) if lane.args is not None else None
+            laned.fixed = len(lane.args[0]) + len(lane.args[1]) if lane.args is not None else 0
         self._block = lane
         self._direct = self._lane_direct(type(self)._block_read)
 
@@ -947,7 +951,10 @@ class MessagesStreamRewriter(SseRewriter):
                     return []  # no call open: the arguments go nowhere (as `_place` has it)
                 if lane.args is not None:
                     head, tail = lane.args
-                    return [head + (escaped if escaped is not None else orjson.dumps(piece)[1:-1]) + tail]
+                    body = escaped if escaped is not None else orjson.dumps(piece)[1:-1]
+                    if (laned := self.laned) is not None:
+                        laned.append(body)
+                    return [head + body + tail]
             elif kind is Text and piece and lane.text is not None:
                 lane.source.produced = True
                 lane.quiet = piece == text and not lane.quiet_if_idle and lane.source.lexer.idle

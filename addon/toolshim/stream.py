@@ -301,8 +301,9 @@ def _latest_fields(fields: bytes) -> bytes:
 class LanedRead(list):
     """The string bodies a lane sent as pieces of a call's arguments in the read being fed (one
     event each, `fixed` bytes around each body), for remembering the turn (memory.py) without
-    reading those events again. `call` (choice index, call index; None: not told) and `fixed`
-    are set where a lane is armed, which `spoiled` the read. The caller takes a read's pieces
+    reading those events again. `call` (what names the call in the API's stream: Chat's choice
+    and call index, a Messages block's index; None: not told) and `fixed` are set where a lane
+    is armed, which `spoiled` the read. The caller takes a read's pieces
     only when its output is exactly these events (its size tells: anything else sent makes it
     larger), and starts each read afresh: a read whose output holds anything else is read
     again whole."""
@@ -311,7 +312,7 @@ class LanedRead(list):
 
     def __init__(self) -> None:
         super().__init__()
-        self.call: tuple[Any, int] | None = None
+        self.call: tuple[Any, ...] | None = None
         self.fixed = 0
         self.spoiled = False
 
