@@ -303,10 +303,9 @@ class LanedRead(list):
     event each, `fixed` bytes around each body), for remembering the turn (memory.py) without
     reading those events again. `call` (what names the call in the API's stream: Chat's choice
     and call index, a Messages block's index; None: not told) and `fixed` are set where a lane
-    is armed, which `spoiled` the read. The caller takes a read's pieces
-    only when its output is exactly these events (its size tells: anything else sent makes it
-    larger), and starts each read afresh: a read whose output holds anything else is read
-    again whole."""
+    is armed, which `spoiled` the read. The caller takes a read's pieces only when its output is
+    exactly these events (its size tells: anything else sent makes it larger), and starts each
+    read afresh: a read whose output holds anything else is read again whole."""
 
     __slots__ = ("call", "fixed", "spoiled")
 
@@ -341,7 +340,8 @@ class SseRewriter:
         self._passes_whole_reads = False
         self.lanes = LANES
         # Set (to a `LanedRead`) by the caller that remembers the turn: the lanes that note what
-        # they send (chat.py's `_args_read`) note it there; the caller takes it after each read.
+        # they send (chat.py's `_args_read`, messages.py's `_block_read`) note it there; the
+        # caller takes it after each read.
         self.laned: LanedRead | None = None
         # Set by a subclass (`_direct`): the lane a read of one whole event takes from `feed` (it
         # returns the events to send, or None: the event takes the framed path). A function
