@@ -10,10 +10,14 @@ import orjson
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from toolshim.addon import CHAT_TERMINAL, MESSAGES_TERMINAL, StreamRewrite
 from toolshim.apis import CHAT, MESSAGES, RESPONSES
 from toolshim.backends import REPAIRS, RepairPolicy, backend_for
+from toolshim.chat import ChatStreamRewriter
+from toolshim.encoding import incremental_decoder
 from toolshim.history import KIMI_ID, HistoryRepair
-from toolshim.memory import KeyMaker, LocalStore, turns_given
+from toolshim.memory import KeyMaker, LocalStore, turns_given, turns_given_pieces
+from toolshim.messages import MessagesStreamRewriter
 
 from harness import sse_body
 from kimi import chunk
@@ -537,12 +541,6 @@ def remembered_through_the_stream(context, reads: list[bytes], api: str = CHAT) 
     """A Chat or Messages stream through `StreamRewrite` in `reads`, remembered at its terminal
     event: the turns read from what the lane noted (`turns_given_pieces`), the turns read again
     from the whole body (`turns_given`), and how many pieces of arguments the lane noted."""
-    from toolshim.addon import CHAT_TERMINAL, MESSAGES_TERMINAL, StreamRewrite
-    from toolshim.chat import ChatStreamRewriter
-    from toolshim.encoding import incremental_decoder
-    from toolshim.memory import turns_given_pieces
-    from toolshim.messages import MessagesStreamRewriter
-
     handed = []
     rewriter = (MessagesStreamRewriter if api == MESSAGES else ChatStreamRewriter)(copy.deepcopy(context))
     terminal = MESSAGES_TERMINAL if api == MESSAGES else CHAT_TERMINAL
@@ -581,6 +579,24 @@ def test_what_a_lane_noted_is_remembered_as_the_body_read_again(monkeypatch):
     # (the lane's reads were taken from what it noted, not read again: in paced and burst reads)
     wanted = {"kimi in content", "kimi in mirrored reasoning", "kimi: prose and calls in turn", "messages: kimi in thinking"}
     assert wanted <= noted_in, noted_in
+
+
+@pytest.mark.parametrize("stream", ["kimi in content", "messages: kimi in thinking"])
+def test_a_lane_s_reads_in_a_row_make_one_entry(stream):
+    """Paced, a read is one event: the reads a lane sent in a row for one call make one entry,
+    so that remembering at the terminal event does one thing a call, not one a read."""
+    from test_lanes import lane_streams
+
+    [(api, context, body)] = [(api, context, body) for name, api, context, body in lane_streams() if name == stream]
+    handed = []
+    rewriter = (MessagesStreamRewriter if api == MESSAGES else ChatStreamRewriter)(copy.deepcopy(context))
+    terminal = MESSAGES_TERMINAL if api == MESSAGES else CHAT_TERMINAL
+    stream_callable = StreamRewrite(rewriter, incremental_decoder(""), "u", False, on_terminal=lambda sent, laned: handed.append(laned), terminal=terminal)
+    for read in [*by_event(body), b""]:
+        stream_callable(read)
+    [laned] = handed
+    [turn] = turns_given(api, b"".join(stream_callable.sent))
+    assert len(laned) == len(turn.calls) == 2 and all(len(bodies) >= 5 for _, bodies, _ in laned.values()), laned
 
 
 @pytest.mark.parametrize(("stream", "armed_for"), [("kimi in content", {(0, 0), (0, 1)}), ("messages: kimi in thinking", {(1,), (2,)})])

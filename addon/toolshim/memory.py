@@ -195,15 +195,8 @@ def turns_given_pieces(api: str, pieces: list[bytes], laned: Mapping[int, list])
         if start < at:
             turns.read(b"".join(pieces[start:at]))
         call, bodies, size = noted
-        at += size
-        if (more := laned.get(at)) is not None and more[0] == call:  # a lane's reads in a row (paced: one event each)
-            bodies = bodies[:]
-            while more is not None and more[0] == call:
-                bodies += more[1]
-                at += more[2]
-                more = laned.get(at)
         turns.add_arguments(*call, bodies)
-        start = at
+        at = start = at + size
     if start < count:
         turns.read(b"".join(pieces[start:]))
     return turns.turns()
