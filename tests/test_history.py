@@ -581,6 +581,24 @@ def test_what_a_lane_noted_is_remembered_as_the_body_read_again(monkeypatch):
     assert wanted <= noted_in, noted_in
 
 
+def test_a_read_of_a_lane_s_pieces_and_prose_after_the_call_is_read_again():
+    """The call and its section end in one event, and prose follows in the same read: no lane is
+    armed there (the lexer is idle), so only the read's size tells that it sent more than the
+    lane's pieces. Taken, the prose would be missing from the turn remembered."""
+    from test_lanes import BASH_CHAT, chat_chunk
+
+    model = "moonshotai/Kimi-K2.5"
+    context = RequestContext.from_body(json.dumps({"model": model, "tools": [BASH_CHAT], "stream": True}).encode())
+    texts = ["Let me look.", "<|tool_calls_section_begin|><|tool_call_begin|>functions.bash:0<|tool_call_argument_begin|>", '{"co', "mmand", '": "l', 's"}']
+    texts += ["<|tool_call_end|><|tool_calls_section_end|>", "Done", ", all", " listed."]
+    events = [chat_chunk(model, {"role": "assistant", "content": ""}), *(chat_chunk(model, {"content": text}) for text in texts)]
+    events += [chat_chunk(model, {}, "tool_calls"), b"data: [DONE]\n\n"]
+    reads = [*events[:5], b"".join(events[5:11]), *events[11:]]  # (the last two pieces, the end, the prose)
+    fed, read_again, noted = remembered_through_the_stream(context, reads)
+    assert fed == read_again and noted >= 2
+    assert fed[0].calls[0][1:] == ("bash", '{"command": "ls"}') and fed[0].text.endswith("Done, all listed.")
+
+
 @pytest.mark.parametrize("stream", ["kimi in content", "messages: kimi in thinking"])
 def test_a_lane_s_reads_in_a_row_make_one_entry(stream):
     """Paced, a read is one event: the reads a lane sent in a row for one call make one entry,
