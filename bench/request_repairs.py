@@ -9,10 +9,11 @@
                                                   stream's mirrored reasoning in 4-character
                                                   deltas) at the end of a stream: time per
                                                   byte, 1 MB vs 1 KB of reasoning
-    remembering a big call                        the same at the terminal event of a turn whose
-                                                  call's arguments are 20 KB, as the addon does
-                                                  it (the pieces the lane noted taken, the rest
-                                                  read), beside reading every event again
+    remembering at the end                        the same at the terminal event of a turn whose
+                                                  call's arguments are 20 KB, and of one of 32 KB
+                                                  of reasoning, as the addon does it (the pieces
+                                                  the lanes noted taken, the rest read), beside
+                                                  reading every event again
 
 Times are the thread's CPU time (`time.thread_time`): a request's repair is pure computation on
 one thread, and CPU time does not count the waits for a core that a shared machine adds.
@@ -116,9 +117,9 @@ def remembering_seconds_per_byte(size: int) -> float:
     return (time.thread_time() - start) / rounds / size
 
 
-def big_call_turn(events_a_read: int = 8) -> tuple[list[bytes], dict]:
-    """A Kimi turn whose one call writes a 20 KB file (its markup in mirrored reasoning, in
-    4-character deltas: about 6,200 events) through the addon's stream callable in reads of
+def streamed_kimi_turn(reasoning: str, events_a_read: int = 8) -> tuple[list[bytes], dict]:
+    """A Kimi turn of `reasoning` (mirrored fields, 4-character deltas, as Kimi's servers send
+    them; markup in it becomes calls) through the addon's stream callable in reads of
     `events_a_read`: what it hands to remembering at the terminal event (`sent`, `laned`)."""
     from toolshim.addon import StreamRewrite
     from toolshim.chat import ChatStreamRewriter
@@ -128,13 +129,11 @@ def big_call_turn(events_a_read: int = 8) -> tuple[list[bytes], dict]:
     model = "moonshotai/Kimi-K2.5"
     tools = [{"type": "function", "function": {"name": "write", "parameters": {"type": "object"}}}]
     context = RequestContext.from_body(orjson.dumps({"model": model, "tools": tools, "stream": True}))
-    arguments = orjson.dumps({"path": "a.py", "content": "x = 1\n" * 3500}).decode()
-    text = f"Writing it.<|tool_calls_section_begin|><|tool_call_begin|>functions.write:0<|tool_call_argument_begin|>{arguments}<|tool_call_end|><|tool_calls_section_end|>"
 
     def chunk(delta: dict, finish: str | None = None) -> bytes:
         return b"data: " + orjson.dumps({"id": "c", "object": "chat.completion.chunk", "created": 1, "model": model, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}) + b"\n\n"
 
-    pieces = [text[at : at + 4] for at in range(0, len(text), 4)]
+    pieces = [reasoning[at : at + 4] for at in range(0, len(reasoning), 4)]
     events = [chunk({"role": "assistant", "content": ""}), *(chunk({"reasoning": p, "reasoning_content": p}) for p in pieces), chunk({}, "tool_calls"), b"data: [DONE]\n\n"]
     handed = []
     stream = StreamRewrite(ChatStreamRewriter(context), incremental_decoder(""), "bench", False, on_terminal=lambda sent, laned: handed.append((sent, laned)))
@@ -145,10 +144,21 @@ def big_call_turn(events_a_read: int = 8) -> tuple[list[bytes], dict]:
     return sent, laned
 
 
-def remembering_a_big_call(rounds: int) -> tuple[float, float]:
-    """Median seconds of remembering `big_call_turn` as the addon does (the lane's noted pieces
-    taken, the other reads read), and of reading every event of what was sent again."""
-    sent, laned = big_call_turn()
+def kimi_call(arguments: dict) -> str:
+    """Kimi's markup of one call of `write`."""
+    body = orjson.dumps(arguments).decode()
+    return f"<|tool_calls_section_begin|><|tool_call_begin|>functions.write:0<|tool_call_argument_begin|>{body}<|tool_call_end|><|tool_calls_section_end|>"
+
+
+# A call that writes a 20 KB file; 32 KB of thinking before a short call.
+BIG_CALL = "Writing it." + kimi_call({"path": "a.py", "content": "x = 1\n" * 3500})
+LONG_THOUGHT = "Let me think about the parser and what it does with each line. " * 500 + kimi_call({"path": "a.py", "content": ""})
+
+
+def remembering_at_the_end(reasoning: str, rounds: int) -> tuple[float, float]:
+    """Median seconds of remembering `streamed_kimi_turn(reasoning)` as the addon does (the
+    lanes' noted pieces taken, the other reads read), and of reading every event sent again."""
+    sent, laned = streamed_kimi_turn(reasoning)
     taken, read_again = [], []
     for _ in range(rounds):
         start = time.thread_time()
@@ -157,7 +167,7 @@ def remembering_a_big_call(rounds: int) -> tuple[float, float]:
         [again] = turns_given(CHAT, b"".join(sent))
         taken.append(middle - start)
         read_again.append(time.thread_time() - middle)
-    assert turn == again and len(turn.calls[0][2]) > 20_000
+    assert turn == again and turn.calls
     return statistics.median(taken), statistics.median(read_again)
 
 
@@ -169,7 +179,8 @@ def run(quick: bool = False) -> list[Row]:
     nothing = untouched_seconds(plain, rounds)
     entries, held, bounded = state_bounds(20_000 if quick else 100_000)
     small, large = remembering_seconds_per_byte(1 << 10), remembering_seconds_per_byte(1 << 20)
-    taken, read_again = remembering_a_big_call(rounds // 3)
+    call_taken, call_read = remembering_at_the_end(BIG_CALL, rounds // 3)
+    thought_taken, thought_read = remembering_at_the_end(LONG_THOUGHT, rounds // 3)
     return [
         Row("requests", f"repair of a 200-message, {len(body) / 1e6:.1f} MB Kimi history ({changes} changes: reasoning, ids), added after the parse, median", f"{repair * 1e3:.2f} ms", "<= 1 ms", repair <= 1e-3),
         Row("requests", "the parse that decides (made for every LLM request, before and without repairs), median", f"{parse * 1e3:.2f} ms"),
@@ -178,7 +189,12 @@ def run(quick: bool = False) -> list[Row]:
         Row(
             "requests",
             "remembering a Kimi turn whose call writes 20 KB (6,200 events, reads of 8), at its terminal event, median: the lane's noted pieces taken / every event read again",
-            f"{taken * 1e3:.2f} ms / {read_again * 1e3:.2f} ms",
+            f"{call_taken * 1e3:.2f} ms / {call_read * 1e3:.2f} ms",
+        ),
+        Row(
+            "requests",
+            "remembering a Kimi turn of 32 KB of reasoning and a short call (8,000 events, reads of 8), at its terminal event, median: the lanes' noted pieces taken / every event read again",
+            f"{thought_taken * 1e3:.2f} ms / {thought_read * 1e3:.2f} ms",
         ),
         Row("requests", f"in-process state after {bounded.stats.evicted + entries:,} records of 2 KB (bounds 10,000 entries, 8 MB)", f"{entries:,} entries, {held / 2**20:.1f} MB", "<= the bounds", entries <= 10_000 and held <= 8 << 20),
     ]

@@ -19,7 +19,7 @@ from .lexers import ScopeLexers, reads_the_start
 from .lexers.base import CallArgs, CallBegin, CallEnd, ChainLexer, Lexer, ReasoningEnd, ReasoningText, Segment, Text
 from .native import EMPTY_ARGUMENTS, OBJECT_ARGUMENTS, ArgumentTyping, NativeCalls
 from .sse import encode_event, is_one_data_line, parse_block
-from .stream import Contribution, Frame, SecondOf, SseRewriter, guarded, live_path, markup_may_start, plain_body, quiet_lane, string_spans, text_may_start_markup, unwind
+from .stream import Contribution, Frame, SecondOf, SseRewriter, guarded, live_path, markup_may_start, noting_lane, plain_body, quiet_lane, string_spans, text_may_start_markup, unwind
 from .tools import RequestContext
 
 CONTENT = "content"
@@ -353,6 +353,8 @@ class ChatStreamRewriter(SseRewriter):
         self._passes_whole_reads = self._idle and self._content_started
         if self._idle and self._quiet_kept is not None and self._quiet_frame is None and self.lanes:
             self._quiet_frame, self._direct = self._quiet_kept
+            if self.laned is not None:
+                self.laned.armed(*self._direct.noted_as)
 
     def _read_block(self, raw: bytes, lexed: list[Segment] | None = None) -> list[bytes]:
         event = parse_block(raw)
@@ -556,7 +558,11 @@ class ChatStreamRewriter(SseRewriter):
             return
         frame.channel = keys if frame.mid is None else None  # (mirrored: the channel's key order is the delta's)
         self._quiet_frame = frame
-        self._direct = quiet_lane(frame, self._echo, None if self._reasoning_field_known else b"reasoning")
+        lane = quiet_lane(frame, self._echo, None if self._reasoning_field_known else b"reasoning")
+        if self.laned is not None:  # (the text it passes is noted for remembering: `LanedRead`)
+            lane = noting_lane(lane, frame, _quiet_text(raw, keys))
+            self.laned.armed(*lane.noted_as)
+        self._direct = lane
         # (What passed quietly once passes so whenever the rewriter is idle: the conditions of
         # `_nothing_to_read` only grow weaker, a finish_reason after a call aside.)
         self._quiet_kept = None if _FINISH.search(frame.head) or _FINISH.search(frame.tail) else (frame, self._direct)
@@ -667,9 +673,8 @@ class ChatStreamRewriter(SseRewriter):
             # The call the lane's pieces go to, as the client numbers it, and the bytes around
             # each. What the full path sent in this read makes its output larger than the noted
             # events, unless the frames differ in size (`fixed`): the read is not taken.
-            laned.spoiled = True
-            laned.call = (rendered.choice.get("index", 0), index) if lane.alone and type(index) is int else None
-            laned.fixed = len(head) + len(lane.tail)
+            call = ("args", rendered.choice.get("index", 0), index) if lane.alone and type(index) is int else None
+            laned.armed(call, len(head) + len(lane.tail))
         self._direct = self._lane_direct(type(self)._args_read)
 
     def _render_frame(self, raw: bytes, frame: Frame, choice: dict[str, Any], channel: tuple[str, ...], open_index: int | None) -> Rendered | None:
@@ -787,6 +792,22 @@ class ChatStreamRewriter(SseRewriter):
                 chunk = {**self._template, "choices": [{"index": index, "delta": delta, "logprobs": None, "finish_reason": None}]}
                 out.append(encode_event(orjson.dumps(chunk)))
         return out
+
+
+def _quiet_text(raw: bytes, keys: tuple[str, ...]) -> tuple[str, Any, tuple[str, ...]] | None:
+    """What the events of a quiet frame learned from `raw` add to, for remembering (`LanedRead`):
+    ("text", choice index, `keys`) when the event's one choice's delta holds nothing else a
+    client accumulates; None: the lane's events are read again."""
+    try:
+        chunk = orjson.loads(raw[raw.index(b":") + 1 :])
+    except (orjson.JSONDecodeError, ValueError):
+        return None
+    choices = chunk.get("choices") if isinstance(chunk, dict) else None
+    if not isinstance(choices, list) or len(choices) != 1 or not isinstance(choices[0], dict) or not isinstance(choices[0].get("delta"), dict):
+        return None
+    if any(name not in keys and name != "role" and value not in ("", None) for name, value in choices[0]["delta"].items()):
+        return None
+    return ("text", choices[0].get("index", 0), keys)
 
 
 def _assembled_calls(index: Any, entries: list[Any]) -> list[Contribution]:

@@ -195,7 +195,7 @@ def turns_given_pieces(api: str, pieces: list[bytes], laned: Mapping[int, list])
         if start < at:
             turns.read(b"".join(pieces[start:at]))
         call, bodies, size = noted
-        turns.add_arguments(*call, bodies)
+        turns.add(call, bodies)
         at = start = at + size
     if start < count:
         turns.read(b"".join(pieces[start:]))
@@ -317,10 +317,9 @@ class SteadyDeltas:
         if texts is None:  # a piece that is no string by itself: the pieces before it, then its line
             texts = []
             for piece in pieces:
-                try:
-                    texts.append(orjson.loads(b'"' + piece + b'"'))
-                except orjson.JSONDecodeError:
+                if (text := _one_string(piece)) is None:
                     break
+                texts.append(text)
             # (the run's data lines are its pieces, in order: the failing one's is the len(texts)-th)
             end, at, before = at, first, len(texts)
             while at < end and (before or not lines[at].startswith(b"data:")):
@@ -346,6 +345,27 @@ class SteadyDeltas:
 
     def forget(self) -> None:
         self._frames = []
+
+
+def _lane_strings(bodies: list[bytes]) -> list[str]:
+    """String bodies a lane made or decoded: each is one string by itself, so none ends in an odd
+    run of backslashes, and joined they parse as an array of as many."""
+    return orjson.loads(b'["' + b'","'.join(bodies) + b'"]')
+
+
+def _upstream_strings(bodies: list[bytes]) -> list[str]:
+    """String bodies passed as they came (a quiet lane checks their bytes, not their escapes):
+    each decoded, one that is no string left out, as its event would be when read."""
+    texts = _each_string(bodies)
+    return texts if texts is not None else [text for body in bodies if (text := _one_string(body)) is not None]
+
+
+def _one_string(body: bytes) -> str | None:
+    """`body` decoded as a JSON string body; None when it is none by itself."""
+    try:
+        return orjson.loads(b'"' + body + b'"')
+    except orjson.JSONDecodeError:
+        return None
 
 
 def _each_string(bodies: list[bytes]) -> list[str] | None:
@@ -393,7 +413,7 @@ def _chat_stream_turns(body: bytes) -> list[GivenTurn]:
 
 class _ChatTurns:
     """Accumulate each choice of a Chat stream the way the SDKs do, from the body's pieces in
-    order (`read`), or from pieces of a call's arguments told (`add_arguments`). Texts are kept
+    order (`read`), or from pieces a lane noted (`add`). Texts are kept
     as pieces and joined once at the end: adding each delta to a growing string copies the
     string every time, which is quadratic in a long reasoning (1 MB took seconds, on the
     proxy's event loop)."""
@@ -432,12 +452,17 @@ class _ChatTurns:
                         if isinstance(piece, str):
                             pieces.append(piece)
 
-    def add_arguments(self, choice: Any, index: int, bodies: list[bytes]) -> None:
-        """The pieces of a call's arguments, as JSON string bodies (each one string)."""
-        # (Each is one string by itself: the lane sent what orjson made or decoded. So none ends
-        # in an odd run of backslashes, and joined they parse as an array of as many.)
-        texts = orjson.loads(b'["' + b'","'.join(bodies) + b'"]')
-        self._choice(choice)["calls"].setdefault(index, ([], [], []))[2].extend(texts)
+    def add(self, call: tuple[Any, ...], bodies: list[bytes]) -> None:
+        """Pieces noted by a lane, as JSON string bodies: of a call's arguments (`("args",
+        choice, index)`), or of text passed as it came (`("text", choice, fields)`)."""
+        kind, choice, which = call
+        acc = self._choice(choice)
+        if kind == "args":
+            acc["calls"].setdefault(which, ([], [], []))[2].extend(_lane_strings(bodies))
+        else:
+            texts = _upstream_strings(bodies)
+            for name in which:
+                acc[name].extend(texts)
 
     def turns(self) -> list[GivenTurn]:
         turns = []
@@ -554,7 +579,7 @@ def _messages_stream_content(body: bytes) -> list[dict[str, Any]]:
 
 class _MessagesContent:
     """The content blocks of an Anthropic stream, accumulated as the SDKs do, from the body's
-    pieces in order (`read`), or from pieces of a tool_use block's JSON told (`add_arguments`)."""
+    pieces in order (`read`), or from pieces of a tool_use block's JSON a lane noted (`add`)."""
 
     def __init__(self) -> None:
         self.blocks: dict[Any, dict[str, Any]] = {}
@@ -580,11 +605,12 @@ class _MessagesContent:
                 if steady is not None and len(names) == 1:
                     steady.learn(line, (names[0],), {**event, "delta": {**delta, names[0]: "\x01"}}, (texts[names[0]],))
 
-    def add_arguments(self, index: Any, bodies: list[bytes]) -> None:
-        """Pieces of block `index`'s `partial_json`, as JSON string bodies (see `_ChatTurns`)."""
+    def add(self, call: tuple[Any, ...], bodies: list[bytes]) -> None:
+        """Pieces of block `index`'s `partial_json` noted by a lane (`("args", index)`), as JSON
+        string bodies."""
+        _, index = call
         if index in self.blocks:
-            texts = orjson.loads(b'["' + b'","'.join(bodies) + b'"]')
-            self.pieces.setdefault(index, {}).setdefault("partial_json", []).extend(texts)
+            self.pieces.setdefault(index, {}).setdefault("partial_json", []).extend(_lane_strings(bodies))
 
     def blocks_given(self) -> list[dict[str, Any]]:
         content = []

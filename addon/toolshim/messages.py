@@ -907,9 +907,10 @@ class MessagesStreamRewriter(SseRewriter):
         )
         lane.quiet = lane.text is not None and not lane.quiet_if_idle and source.lexer.idle
         if (laned := self.laned) is not None:  # (see chat.py's `_arm`)
-            laned.spoiled = True
-            laned.call = (source.open_call.index,) if lane.args is not None else None
-            laned.fixed = len(lane.args[0]) + len(lane.args[1]) if lane.args is not None else 0
+            if lane.args is not None:
+                laned.armed(("args", source.open_call.index), len(lane.args[0]) + len(lane.args[1]))
+            else:
+                laned.armed(None, 0)
         self._block = lane
         self._direct = self._lane_direct(type(self)._block_read)
 

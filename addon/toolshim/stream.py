@@ -299,26 +299,50 @@ def _latest_fields(fields: bytes) -> bytes:
 
 
 class LanedRead(list):
-    """The string bodies a lane sent as pieces of a call's arguments in the read being fed (one
-    event each, `fixed` bytes around each body), for remembering the turn (memory.py) without
-    reading those events again. `call` (what names the call in the API's stream: Chat's choice
-    and call index, a Messages block's index; None: not told) and `fixed` are set where a lane
-    is armed, which `spoiled` the read. The caller takes a read's pieces only when its output is
-    exactly these events (its size tells: anything else sent makes it larger), and starts each
-    read afresh: a read whose output holds anything else is read again whole."""
+    """The string bodies a lane sent in the read being fed, one event each (`fixed` bytes around
+    the body, which is in it `copies` times: mirrored fields hold it twice), for remembering the
+    turn (memory.py) without reading those events again: pieces of a call's arguments, or text
+    passed as it came. `call` (what the pieces add to, as the API's stream names it: ("args",
+    choice, call index) and ("text", choice, fields) for Chat, ("args", block index) for
+    Messages; None: not told), `fixed` and `copies` are set where a lane is armed, which
+    `spoiled` the read. The caller takes a read's pieces only when its output is exactly these
+    events (its size tells: anything else sent makes it larger), and starts each read afresh: a
+    read whose output holds anything else is read again whole."""
 
-    __slots__ = ("call", "fixed", "spoiled")
+    __slots__ = ("call", "fixed", "copies", "spoiled")
 
     def __init__(self) -> None:
         super().__init__()
         self.call: tuple[Any, ...] | None = None
         self.fixed = 0
+        self.copies = 1
         self.spoiled = False
+
+    def armed(self, call: tuple[Any, ...] | None, fixed: int, copies: int = 1) -> None:
+        """A lane that notes what it sends was armed (or taken up again): this read is not taken."""
+        self.spoiled = True
+        self.call, self.fixed, self.copies = call, fixed, copies
 
     def sent_only_these(self, out: list[bytes]) -> bool:
         """Is `out`, the read's output, exactly the events of these bodies?"""
         size = len(out[0]) if len(out) == 1 else sum(map(len, out))
-        return not self.spoiled and self.call is not None and size == len(self) * self.fixed + sum(map(len, self))
+        return not self.spoiled and self.call is not None and size == len(self) * self.fixed + self.copies * sum(map(len, self))
+
+
+def noting_lane(lane: Direct, frame: Frame, call: tuple[Any, ...] | None) -> Direct:
+    """`lane` (`quiet_lane`'s), noting the string body of each event it passes in the rewriter's
+    `laned`, for remembering (`LanedRead`); `noted_as`: what to arm it with."""
+    start, fixed, copies = len(frame.head), frame.fixed, 1 if frame.mid is None else 2
+
+    def noting(rewriter: SseRewriter, data: bytes) -> list[bytes] | None:
+        out = lane(rewriter, data)
+        if out is not None:
+            rewriter.laned.append(data[start : start + (len(data) - fixed) // copies])
+        return out
+
+    noting.waits_for = lane.waits_for  # type: ignore[attr-defined]
+    noting.noted_as = (call, fixed, copies)  # type: ignore[attr-defined]
+    return noting
 
 
 class SseRewriter:
