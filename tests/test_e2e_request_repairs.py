@@ -75,6 +75,30 @@ def test_kimi_reasoning_comes_back_on_the_next_turn(upstream: ScriptedUpstream, 
     assert sent["messages"][0] == history[0] and sent["messages"][2] == history[2]
 
 
+@pytest.mark.parametrize("events_a_write", [1, 8])
+def test_a_turn_streamed_token_by_token_comes_back_whole(upstream: ScriptedUpstream, openai_client, unique_model, events_a_write):
+    """Reasoning and a call's arguments in token-sized pieces, written one event at a time and
+    eight at a time: the lanes send them and note what they sent, and remembering takes those
+    notes instead of reading the events again (`LanedRead`). The next turn gets the reasoning
+    back whole, keyed by the arguments whole."""
+    model = f"kimi-k2-thinking-{unique_model}"
+    reasoning = "Let me look at the files in this directory before I change any of them."
+    arguments = '{"command": "ls -la src tests docs"}'
+    pieces = [reasoning[at : at + 3] for at in range(0, len(reasoning), 3)]
+    pieces += [SECTION_BEGIN, CALL_BEGIN, "functions.bash:0", ARG_BEGIN, *(arguments[at : at + 2] for at in range(0, len(arguments), 2)), CALL_END, SECTION_END]
+    events = [sse_body([event], done=False) for event in kimi_chunks(model, pieces)] + [b"data: [DONE]\n\n"]
+    upstream.add(model, chunks=[b"".join(events[at : at + events_a_write]) for at in range(0, len(events), events_a_write)], delay=0.002)
+    history = [{"role": "user", "content": "List the files."}]
+    assistant = stream_turn(openai_client, model, history)
+    assert assistant["tool_calls"][0]["function"]["arguments"] == arguments
+    upstream.add(model, chunks=[sse_body(final_turn(model))])
+    stream_turn(openai_client, model, [*history, assistant, {"role": "tool", "tool_call_id": "functions.bash:0", "content": "a b"}])
+
+    restored = upstream.requests_for(model)[-1].json["messages"][1]
+    assert restored["reasoning_content"] == restored["reasoning"] == reasoning
+    assert restored["tool_calls"] == assistant["tool_calls"]
+
+
 def test_reasoning_that_names_the_terminal_event_is_remembered_whole(upstream: ScriptedUpstream, openai_client, unique_model):
     """A model that writes `data: [DONE]` in its reasoning, before its call: remembering waits
     for the stream's own terminal event, so the call's reasoning is kept and comes back."""
