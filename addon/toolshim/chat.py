@@ -368,7 +368,9 @@ class ChatStreamRewriter(SseRewriter):
             return [raw]
         if not isinstance(chunk, dict) or not isinstance(chunk.get("choices"), list) or "error" in chunk:
             return [raw]
-        if not self._reasoning_field_known and b'"reasoning' in raw:
+        if not self._reasoning_field_known and raw.find(b'"reasoning') >= 0:
+            # (`find`, not `in`: `bytes in bytes` tries the needle as an integer first, and the
+            # exception it makes and clears costs about what the search does.)
             self._reasoning_field_known = True
         chunks = self._rewrite_chunk(chunk, lexed)
         if chunks is None:
@@ -736,7 +738,7 @@ class ChatStreamRewriter(SseRewriter):
             return None  # not one string (a quote, bytes that are no UTF-8): the full path
         if not self._reasoning_field_known and "reasoning" in text and raw.find(b'"reasoning', start - 1, end) >= 0:
             # (The frame's own bytes were read in full: only the string can name the field, as
-            # the full path reads it: `b'"reasoning' in raw`.)
+            # the full path reads it: `raw.find(b'"reasoning')`.)
             self._reasoning_field_known = True
         leaf = lane.leaf
         if lane.chained and leaf.first.idle and not leaf.second.idle:
