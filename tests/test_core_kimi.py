@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import example, given
+from hypothesis import strategies as st
 
 from harness import sse_body, split_bytes
 from kimi import ARG_BEGIN, CALL_BEGIN, CALL_END, SECTION_BEGIN, SECTION_END, SEED_000, chunk, kimi_chunks
@@ -338,3 +340,56 @@ def test_whitespace_flood_inside_live_arguments_is_released_at_the_cap_and_nothi
     assert len(args) > 3  # released along the way, not only with the `c`
     assert all(len(s) <= 1026 for s in args[2:-1])  # (each release at the cap: held no further)
     assert isinstance(segments[-1], CallEnd)
+
+
+# -- the lanes' steady pieces ---------------------------------------------------------------------
+
+
+def _through_feed_or_steady(lexer: KimiLexer, pieces: list[str], steady: bool, live: bool = True) -> tuple[list, int]:
+    """The segments of `pieces`, each fed, or first offered to `steady_piece` as a lane offers
+    it (what it makes standing for `feed`'s one `CallArgs`); and how many it took."""
+    segments: list = []
+    taken = 0
+    for piece in pieces:
+        made = lexer.steady_piece(piece, live) if steady else None
+        if made is None:
+            segments += lexer.feed(piece)
+        else:
+            taken += 1
+            segments += [CallArgs(made)] if made else []
+    return segments + lexer.finish(), taken
+
+
+@given(
+    st.lists(st.sampled_from(["a", "bc", " ", "  ", "d ", " e", "\n", "\t x ", "<", "x<", "<|", "é ", '"', "}"]), max_size=40),
+    st.sampled_from([8, 1024]),
+)
+@example(["a", *["  "] * 6, "b"], 8)  # (whitespace held past the cap: `feed` releases it)
+def test_steady_pieces_are_what_feed_makes_of_them(pieces, cap):
+    """A lane offers a call's arguments to `steady_piece` before `feed` (chat.py's `ArgsLane`):
+    what it makes of each piece (held whitespace, a `<` that may begin a marker, the cap on held
+    whitespace included) is exactly what `feed` would have made, and the call ends the same."""
+    opening = [f"{SECTION_BEGIN}{CALL_BEGIN}functions.read_file:0{ARG_BEGIN}", '{"path": "']
+    closing = ['"}', CALL_END, SECTION_END]
+    outs = []
+    for steady in (False, True):
+        lexer = KimiLexer(KimiCallNamer(CallScope(context(TOOLS), RewriteStats())), max_held=cap)
+        outs.append(_through_feed_or_steady(lexer, [*opening, *pieces, *closing], steady))
+    (fed, _), (offered, taken) = outs
+    assert offered == fed
+    if cap > 100 and not any("<" in piece for piece in pieces):
+        assert taken >= len(pieces)  # (each taken: without a `<` nothing is left for `feed`)
+
+
+def test_a_steady_piece_is_refused_where_feed_must_read_it():
+    """Outside a call's arguments, before any arguments, and where arguments may not be made
+    (`live` off): no piece is taken, and the lexer is left as it was."""
+    lexer = KimiLexer(KimiCallNamer(CallScope(context(TOOLS), RewriteStats())))
+    assert lexer.steady_piece("prose", True) is None  # (text)
+    lexer.feed(f"{SECTION_BEGIN}{CALL_BEGIN}functions.read_file:0{ARG_BEGIN}")
+    assert lexer.steady_piece('{"path"', True) is None  # (no arguments sent yet: the call's first piece is read)
+    lexer.feed('{"path": "')
+    assert lexer.steady_piece("a", False) is None and lexer.steady_piece("a <|", True) is None
+    assert lexer.steady_piece("a", True) == "a"
+    segments = lexer.feed('"}') + lexer.feed(CALL_END)
+    assert [s.text for s in segments if isinstance(s, CallArgs)] == ['"}']

@@ -699,7 +699,9 @@ def test_what_the_rewriters_send_is_remembered_the_same_from_steady_bytes(monkey
         sent, _ = rewrite(api, context, [body], True, monkeypatch)
         turns = both_ways(api, sent, monkeypatch)
         assert turns and (turns[0].calls or turns[0].text), name
-        if api != RESPONSES:
+        if api != RESPONSES and "the role in every delta" not in name:
+            # (That one's events as sent alternate two frames, the role's chunk and the piece's:
+            # no run of one frame to take at once. Its turns are checked above.)
             monkeypatch.setattr(memory.orjson, "loads", counting)
             parsed["lines"] = 0
             turns_given(api, sent)

@@ -232,7 +232,7 @@ class ArgsLane:
 
     __slots__ = (
         "frame", "frame_head", "frame_mid", "frame_tail", "fixed", "start", "end", "leaf", "chained", "path", "head", "tail", "before", "after",
-        "alone", "held", "finished", "rendered", "state", "channel", "guarded",
+        "alone", "held", "finished", "rendered", "state", "channel", "guarded", "steady", "live",
     )  # fmt: skip
 
     def __init__(
@@ -252,6 +252,11 @@ class ArgsLane:
         self.finished = finished
         self.rendered, self.state, self.channel = rendered, state, channel
         self.guarded = guarded(self.path)  # the leaf takes only text no marker can begin in (`live_path`)
+        # The leaf's steady pieces, taken without the segments `feed` would make of them
+        # (`Lexer.steady_piece`). Not for a chain's leaf, which may change, nor a guarded one,
+        # whose text may begin a marker the chain around it reads.
+        self.steady = None if self.chained or self.guarded else getattr(self.leaf, "steady_piece", None)
+        self.live = finished and self.alone  # (arguments made go around the frame, one event out)
 
     def past_idle_first(self) -> Lexer:
         """The leaf, a chain whose first stage is now idle: the path goes on into its second
@@ -740,6 +745,17 @@ class ChatStreamRewriter(SseRewriter):
             # (The frame's own bytes were read in full: only the string can name the field, as
             # the full path reads it: `raw.find(b'"reasoning')`.)
             self._reasoning_field_known = True
+        if (steady := lane.steady) is not None and (made := steady(text, lane.live)) is not None:
+            # The commonest event of a tool-call stream: a piece of a call's arguments.
+            if not made:
+                return [*lane.held]
+            if made == text and 92 not in body:
+                body = body[1:-1]
+            else:  # orjson's escapes may differ from upstream's
+                body = orjson.dumps(made)[1:-1]
+            if (laned := self.laned) is not None:
+                laned.append(body)
+            return [lane.head + body + lane.tail]
         leaf = lane.leaf
         if lane.chained and leaf.first.idle and not leaf.second.idle:
             leaf = lane.past_idle_first()  # (armed while the first stage held something)

@@ -716,6 +716,10 @@ class BlockLane:
     # feeds the lexer (False where it may no longer be idle: always safe).
     quiet: bool = False
     start: int = 0  # where the string's body begins
+    # The leaf's steady pieces, taken without the segments `feed` would make of them
+    # (`Lexer.steady_piece`; not a chain's), and whether arguments made go out (`args`).
+    steady: Any = None
+    live: bool = False
 
     def __post_init__(self) -> None:
         self.start = len(self.frame.head)
@@ -906,6 +910,8 @@ class MessagesStreamRewriter(SseRewriter):
             current is not None and source.open_call is None and not source.as_content and current.index == source.index and current.kind == source.kind
         )
         lane.quiet = lane.text is not None and not lane.quiet_if_idle and source.lexer.idle
+        lane.steady = getattr(leaf, "steady_piece", None)
+        lane.live = lane.finished and lane.args is not None
         if (laned := self.laned) is not None:  # (see chat.py's `_arm`)
             if lane.args is not None:
                 laned.armed(("args", source.open_call.index), len(lane.args[0]) + len(lane.args[1]))
@@ -936,6 +942,16 @@ class MessagesStreamRewriter(SseRewriter):
                 return [raw]
             head, tail = lane.text
             return [head + (body if 92 not in body else orjson.dumps(text)[1:-1]) + tail]
+        if (steady := lane.steady) is not None and (made := steady(text, lane.live)) is not None:
+            # The commonest event of a tool-call stream: a piece of a call's arguments.
+            lane.quiet = False  # (as after any piece the lexer reads)
+            if not made:
+                return []
+            head, tail = lane.args
+            body = body if made == text and 92 not in body else orjson.dumps(made)[1:-1]
+            if (laned := self.laned) is not None:
+                laned.append(body)
+            return [head + body + tail]
         segments = lane.leaf.feed(text)
         lane.quiet = False
         if lane.quiet_if_idle and lane.leaf.idle:  # the block is quiet again (the full path works it out after each event)

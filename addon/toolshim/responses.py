@@ -1143,6 +1143,10 @@ def held_reader(lane: TextLane, core: ResponsesRewriter) -> Direct:
     head, mid, tail, number_first, fixed = lane.frame.head, lane.frame.mid, lane.frame.tail, lane.frame.number_first, lane.frame.fixed
     head_size, mid_size, tail_size = len(head), len(mid), len(tail)
     leaf, loads, dumps = lane.leaf, orjson.loads, orjson.dumps
+    # The leaf's steady pieces, taken without the segments `feed` would make of them
+    # (`Lexer.steady_piece`; not a chain's), and whether arguments made go out (`args`).
+    steady = getattr(leaf, "steady_piece", None)
+    live = lane.finished and lane.args is not None
 
     def read(rewriter: ResponsesStreamRewriter, raw: bytes) -> list[bytes] | None:
         size = len(raw)
@@ -1176,6 +1180,17 @@ def held_reader(lane: TextLane, core: ResponsesRewriter) -> Direct:
             core._seq = seq + 1
             body = raw[start:end] if raw.find(b"\\", start, end) < 0 else dumps(text)[1:-1]
             return [lane.text.event(body, seq)]
+        if steady is not None and (made := steady(text, live)) is not None:
+            # The commonest event of a tool-call stream: a piece of a call's arguments, held or sent.
+            lane.quiet = False  # (as after any piece the lexer reads)
+            lane.source.altered = True
+            if not made:
+                return []
+            lane.call.arguments.append(made)
+            seq = core._seq
+            core._seq = seq + 1
+            body = raw[start:end] if made == text and raw.find(b"\\", start, end) < 0 else dumps(made)[1:-1]
+            return [lane.args.event(body, seq)]
         segments = leaf.feed(text)
         lane.quiet = False
         if not segments:

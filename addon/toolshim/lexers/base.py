@@ -73,6 +73,13 @@ class Lexer(Protocol):
     def idle(self) -> bool:
         """True when nothing is held and text without markers would pass unchanged."""
 
+    def steady_piece(self, text: str, live: bool) -> str | None:
+        """Optional, for a lane's commonest read: a piece taken in the lexer's steady state (a
+        call's arguments streamed live, when `live`: arguments may be made; a block held), as
+        `feed` takes it: the arguments it makes (`feed`'s one `CallArgs` of that text), ""
+        when it makes nothing; busy before and after. None: not such a piece, nothing taken
+        (`feed` reads it). Lanes look it up once, when they are armed (chat.py, `ArgsLane`)."""
+
 
 class Reporting:
     """A lexer that reports each change of its `idle` (see `Lexer`) to its watcher, if any: the

@@ -148,32 +148,47 @@ class KimiLexer(TokenLexer):
             # whitespace at its end waits unread (`_text_end`): `_run` would `_take` it whole.
             if self._state == ARGS and self._args_sent:
                 # The bulk of a tool-call stream, as `_take` passes it to `_args_text` (written out
-                # here: a piece of prose arguments ends in a space one time in three, and each
-                # call a read runs costs its cache misses inside a busy proxy). The lexer stays
-                # busy in ARGS: no idle state to report.
+                # here: each call a read runs costs its cache misses inside a busy proxy). The
+                # lexer stays busy in ARGS: no idle state to report.
                 if not self._ws and not text[-1].isspace():
                     return [CallArgs(text)]
-                body = text.rstrip()
-                out: list[Segment] = []
-                if body:
-                    if self._ws:
-                        out.append(CallArgs("".join(self._ws) + body))
-                        self._ws = []
-                        self._ws_len = 0
-                    else:
-                        out.append(CallArgs(body))
-                if len(body) < len(text):  # (whitespace at the end: held until more arguments come)
-                    end = text[len(body) :]
-                    self._ws.append(end)
-                    self._ws_len += len(end)
-                    if self._ws_len > self._max_held:
-                        out.append(CallArgs(self._take_ws()))  # a flood of whitespace inside the arguments
+                made = self._args_spaced(text)  # (a piece of prose arguments ends in a space one time in three)
+                out: list[Segment] = [CallArgs(made)] if made else []
+                if self._ws_len > self._max_held:
+                    out.append(CallArgs(self._take_ws()))  # a flood of whitespace inside the arguments
                 return out
             out = []
             self._take(text, out)
             self._report_idle()
             return out
         return super().feed(text)
+
+    def steady_piece(self, text: str, live: bool) -> str | None:
+        """`Lexer.steady_piece`: a piece of a call's arguments streamed live (`feed`'s own
+        commonest case), unless it may begin a marker or would hold more whitespace than the cap."""
+        if not live or self._state != ARGS or not self._args_sent or self._buf or self._lead == HOLD or "<" in text or not text:
+            return None
+        if not self._ws and not text[-1].isspace():
+            return text
+        if self._ws_len + len(text) > self._max_held:
+            return None  # (`feed` releases a flood of whitespace)
+        return self._args_spaced(text)
+
+    def _args_spaced(self, text: str) -> str:
+        """The arguments a piece in ARGS makes when whitespace is held or it ends in some:
+        whitespace held goes in front of the next piece that is not only whitespace, and
+        whitespace at a piece's end is held until more arguments come ("": nothing made)."""
+        body = text.rstrip()
+        made = ""
+        if body:
+            made = "".join(self._ws) + body if self._ws else body
+            self._ws = []
+            self._ws_len = 0
+        if len(body) < len(text):
+            end = text[len(body) :]
+            self._ws.append(end)
+            self._ws_len += len(end)
+        return made
 
     def finish(self) -> list[Segment]:
         if self._state != TEXT:
