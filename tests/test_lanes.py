@@ -297,8 +297,9 @@ def test_the_lanes_are_taken(monkeypatch):
     monkeypatch.setattr(sse, "parse_block", counting(sse.parse_block))
     for name, api, context, body in lane_streams():
         if "the role in every delta" in name:
-            # (The lanes take its events, but the echo check reads them: the role goes out in
-            # a chunk of its own, which changes the bytes and not what a client assembles.)
+            # (The lanes take its events, but the echo check reads those before its first call
+            # into what a client assembles: the role goes out in a chunk of its own, which
+            # changes the bytes, not what is assembled, until the call does.)
             continue
         parsed["events"] = 0
         events = by_event(body)
