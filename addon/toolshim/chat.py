@@ -232,7 +232,7 @@ class ArgsLane:
 
     __slots__ = (
         "frame", "frame_head", "frame_mid", "frame_tail", "fixed", "start", "end", "leaf", "chained", "path", "head", "tail", "before", "after",
-        "alone", "held", "finished", "rendered", "state", "channel", "guarded", "steady", "live",
+        "alone", "held", "finished", "rendered", "state", "channel", "guarded", "steady",
     )  # fmt: skip
 
     def __init__(
@@ -256,7 +256,6 @@ class ArgsLane:
         # (`Lexer.steady_piece`). Not for a chain's leaf, which may change, nor a guarded one,
         # whose text may begin a marker the chain around it reads.
         self.steady = None if self.chained or self.guarded else getattr(self.leaf, "steady_piece", None)
-        self.live = finished and self.alone  # (arguments made go around the frame, one event out)
 
     def past_idle_first(self) -> Lexer:
         """The leaf, a chain whose first stage is now idle: the path goes on into its second
@@ -745,47 +744,41 @@ class ChatStreamRewriter(SseRewriter):
             # (The frame's own bytes were read in full: only the string can name the field, as
             # the full path reads it: `raw.find(b'"reasoning')`.)
             self._reasoning_field_known = True
-        if (steady := lane.steady) is not None and (made := steady(text, lane.live)) is not None:
-            # The commonest event of a tool-call stream: a piece of a call's arguments.
-            if not made:
+        if (steady := lane.steady) is None or (piece := steady(text, lane.finished)) is None:
+            leaf = lane.leaf
+            if lane.chained and leaf.first.idle and not leaf.second.idle:
+                leaf = lane.past_idle_first()  # (armed while the first stage held something)
+            if lane.guarded and text_may_start_markup(text):
+                # A marker may begin: the chain whose idle first stage the leaf is fed past reads
+                # it whole. Held, with every such first stage idle again, the lane stays as it is.
+                at = next(n for n, node in enumerate(lane.path) if type(node) is SecondOf)
+                segments = lane.path[at].chain.feed(text)
+                if segments or not all(node.chain.first.idle for node in lane.path[at:] if type(node) is SecondOf):
+                    return self._read_lexed(raw, text, unwind(lane.path[:at], segments), lane.state, lane.channel, lane.rendered)
+            else:
+                segments = leaf.feed(text)
+            if not segments:
+                if leaf.idle:  # what the full path's end of event works out again: the lanes, the quiet path
+                    self._args = self._direct = None
+                    self._settle()
                 return [*lane.held]
-            if made == text and 92 not in body:
-                body = body[1:-1]
-            else:  # orjson's escapes may differ from upstream's
-                body = orjson.dumps(made)[1:-1]
+            if not (lane.finished and len(segments) == 1 and type(segments[0]) is CallArgs and not leaf.idle):
+                # Anything else: what the lexers around the leaf make of it, rendered as the full path does.
+                return self._read_lexed(raw, text, unwind(lane.path, segments), lane.state, lane.channel, lane.rendered)
+            piece = segments[0].text
+        elif not piece:
+            return [*lane.held]  # (the steady state made nothing of it: whitespace held)
+        # A piece of the open call's arguments (the commonest event of a tool-call stream, most
+        # often the leaf's steady piece: `Lexer.steady_piece`), around the output frame.
+        if piece == text and 92 not in body:
+            body = body[1:-1]
+        else:  # orjson's escapes may differ from upstream's
+            body = orjson.dumps(piece)[1:-1]
+        if lane.alone:
             if (laned := self.laned) is not None:
                 laned.append(body)
             return [lane.head + body + lane.tail]
-        leaf = lane.leaf
-        if lane.chained and leaf.first.idle and not leaf.second.idle:
-            leaf = lane.past_idle_first()  # (armed while the first stage held something)
-        if lane.guarded and text_may_start_markup(text):
-            # A marker may begin: the chain whose idle first stage the leaf is fed past reads it
-            # whole. Held, with every such first stage idle again, the lane stays as it is.
-            at = next(n for n, node in enumerate(lane.path) if type(node) is SecondOf)
-            segments = lane.path[at].chain.feed(text)
-            if segments or not all(node.chain.first.idle for node in lane.path[at:] if type(node) is SecondOf):
-                return self._read_lexed(raw, text, unwind(lane.path[:at], segments), lane.state, lane.channel, lane.rendered)
-        else:
-            segments = leaf.feed(text)
-        if not segments:
-            if leaf.idle:  # what the full path's end of event works out again: the lanes, the quiet path
-                self._args = self._direct = None
-                self._settle()
-            return [*lane.held]
-        if lane.finished and len(segments) == 1 and type(piece := segments[0]) is CallArgs and not leaf.idle:
-            piece = piece.text
-            if piece == text and 92 not in body:
-                body = body[1:-1]
-            else:  # orjson's escapes may differ from upstream's
-                body = orjson.dumps(piece)[1:-1]
-            if lane.alone:
-                if (laned := self.laned) is not None:
-                    laned.append(body)
-                return [lane.head + body + lane.tail]
-            return [*lane.before, lane.head + body + lane.tail, *lane.after]
-        # Anything else: what the lexers around the leaf make of it, rendered as the full path does.
-        return self._read_lexed(raw, text, unwind(lane.path, segments), lane.state, lane.channel, lane.rendered)
+        return [*lane.before, lane.head + body + lane.tail, *lane.after]
 
     def _parse_error(self) -> dict[str, Any] | None:
         """Seed 002's error chunk: the first note of markup that did not parse as a call."""
