@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from harness import sse_body, split_bytes
 from kimi import ARG_BEGIN, CALL_BEGIN, CALL_END, SECTION_BEGIN, SECTION_END, SEED_000, chunk, kimi_chunks
 from toolshim.chat import ChatStreamRewriter, rewrite_chat_completion
-from toolshim.lexers.base import CallArgs, CallBegin, CallEnd, Text
+from toolshim.lexers.base import CallArgs, CallBegin, CallEnd, Reporting, Text
 from toolshim.calls import CallScope, RewriteStats
 from toolshim.lexers.kimi import KimiCallNamer, KimiLexer
 from toolshim.tools import RequestContext
@@ -345,17 +345,17 @@ def test_whitespace_flood_inside_live_arguments_is_released_at_the_cap_and_nothi
 # -- the lanes' steady pieces ---------------------------------------------------------------------
 
 
-def _through_feed_or_steady(lexer: KimiLexer, pieces: list[str], steady: bool, live: bool = True) -> tuple[list, int]:
+def _through_feed_or_steady(lexer: KimiLexer, pieces: list[str], steady: bool, live: bool = True) -> tuple[list, list[int]]:
     """The segments of `pieces`, each fed, or first offered to `steady_piece` as a lane offers
-    it (what it makes standing for `feed`'s one `CallArgs`); and how many it took."""
+    it (what it makes standing for `feed`'s one `CallArgs`); and where it took them."""
     segments: list = []
-    taken = 0
-    for piece in pieces:
+    taken = []
+    for at, piece in enumerate(pieces):
         made = lexer.steady_piece(piece, live) if steady else None
         if made is None:
             segments += lexer.feed(piece)
         else:
-            taken += 1
+            taken.append(at)
             segments += [CallArgs(made)] if made else []
     return segments + lexer.finish(), taken
 
@@ -363,13 +363,16 @@ def _through_feed_or_steady(lexer: KimiLexer, pieces: list[str], steady: bool, l
 @given(
     st.lists(st.sampled_from(["a", "bc", " ", "  ", "d ", " e", "\n", "\t x ", "<", "x<", "<|", "é ", '"', "}"]), max_size=40),
     st.sampled_from([8, 1024]),
+    st.lists(st.sampled_from(["functions", ".read", "_file", ":0", " ", "x" * 100, "<", "<|"]), max_size=6),
 )
-@example(["a", *["  "] * 6, "b"], 8)  # (whitespace held past the cap: `feed` releases it)
-def test_steady_pieces_are_what_feed_makes_of_them(pieces, cap):
-    """A lane offers a call's arguments to `steady_piece` before `feed` (chat.py's `ArgsLane`):
-    what it makes of each piece (held whitespace, a `<` that may begin a marker, the cap on held
-    whitespace included) is exactly what `feed` would have made, and the call ends the same."""
-    opening = [f"{SECTION_BEGIN}{CALL_BEGIN}functions.read_file:0{ARG_BEGIN}", '{"path": "']
+@example(["a", *["  "] * 6, "b"], 8, [])  # (whitespace held past the cap: `feed` releases it)
+@example([], 8, ["functions.read_file:0", "x" * 100, "x" * 100, "x" * 100])  # (a header past MAX_HEADER: released as text)
+def test_steady_pieces_are_what_feed_makes_of_them(pieces, cap, header):
+    """A lane offers a call's arguments and header to `steady_piece` before `feed` (chat.py's
+    `ArgsLane`): what it makes of each piece (held whitespace, a `<` that may begin a marker, the
+    cap on held whitespace, a header grown too long included) is exactly what `feed` would have
+    made, and the call begins and ends the same."""
+    opening = [f"{SECTION_BEGIN}{CALL_BEGIN}", *(header or ["functions.read_file:0"]), ARG_BEGIN, '{"path": "']
     closing = ['"}', CALL_END, SECTION_END]
     outs = []
     for steady in (False, True):
@@ -377,8 +380,39 @@ def test_steady_pieces_are_what_feed_makes_of_them(pieces, cap):
         outs.append(_through_feed_or_steady(lexer, [*opening, *pieces, *closing], steady))
     (fed, _), (offered, taken) = outs
     assert offered == fed
-    if cap > 100 and not any("<" in piece for piece in pieces):
-        assert taken >= len(pieces)  # (each taken: without a `<` nothing is left for `feed`)
+    # (Each taken where no `<` leaves anything for `feed`: the header's pieces while it is short
+    # enough; the arguments' after the first when the header names the tool.)
+    if not any("<" in piece for piece in header) and len("".join(header)) <= 256:
+        assert set(range(1, 1 + len(header))) <= set(taken)
+    if cap > 100 and not header and not any("<" in piece for piece in pieces):
+        args_at = len(opening)
+        assert set(range(args_at, args_at + len(pieces))) <= set(taken)
+
+
+@given(
+    st.lists(
+        st.sampled_from([
+            SECTION_BEGIN, CALL_BEGIN, ARG_BEGIN, CALL_END, SECTION_END, "<|tool_calls_section_end|", "<|tool_arguments_begin|>",
+            "functions.bash:0", "functions.exec:1", '{"command": "ls"}', " ", "\n", "prose ", "<", "<|tool_call", "_end|>", ">", "</think>",
+        ]),
+        max_size=30,
+    ),
+    st.booleans(),
+)
+@example([SECTION_BEGIN, CALL_BEGIN, "functions.bash:0", ARG_BEGIN, '{"command": "ls"}', "<|tool_calls_section_end|", ">", "prose "], False)
+def test_kimi_feed_reads_as_the_generic_feed(pieces, reasoning):
+    """`KimiLexer.feed` takes its commonest pieces itself (text with no `<`, a whole marker with
+    nothing unread before it) where the generic `feed` searches the text: segment for segment,
+    idle for idle, the same (a truncated marker's spelling is held as the beginning of a longer
+    one, as `find_marker` holds it)."""
+    lexers = [KimiLexer(KimiCallNamer(CallScope(context(TOOLS), RewriteStats())), reasoning=reasoning) for _ in range(2)]
+    outs: list[list] = [[], []]
+    for piece in pieces:
+        outs[0] += lexers[0].feed(piece)
+        outs[1] += Reporting.feed(lexers[1], piece)
+        assert lexers[0].idle == lexers[1].idle
+    fast, generic = (out + lexer.finish() for out, lexer in zip(outs, lexers))
+    assert fast == generic
 
 
 def test_a_steady_piece_is_refused_where_feed_must_read_it():
@@ -386,6 +420,8 @@ def test_a_steady_piece_is_refused_where_feed_must_read_it():
     (`live` off): no piece is taken, and the lexer is left as it was."""
     lexer = KimiLexer(KimiCallNamer(CallScope(context(TOOLS), RewriteStats())))
     assert lexer.steady_piece("prose", True) is None  # (text)
+    lexer.feed(SECTION_BEGIN)
+    assert lexer.steady_piece("stray", True) is None  # (text inside a section, between calls: shown)
     lexer.feed(f"{SECTION_BEGIN}{CALL_BEGIN}functions.read_file:0{ARG_BEGIN}")
     assert lexer.steady_piece('{"path"', True) is None  # (no arguments sent yet: the call's first piece is read)
     lexer.feed('{"path": "')

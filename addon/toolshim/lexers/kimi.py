@@ -31,7 +31,7 @@ from ..calls import UNKNOWN_NAME, CallScope
 from ..schema import _properties
 from ..tools import TOOL_NAME
 from .base import CallArgs, CallBegin, CallEnd, Marker, Match, ReasoningEnd, Segment, Text, excerpt, is_marker_fragment
-from .tokens import ARGS, DROP, HOLD, KEEP, TEXT, THINK_END, VISIBLE, TokenLexer
+from .tokens import ARGS, DROP, HOLD, KEEP, MAX_HEADER, TEXT, THINK_END, VISIBLE, TokenLexer
 
 SECTION_BEGIN, SECTION_END = "section_begin", "section_end"
 CALL_BEGIN, ARGUMENT_BEGIN, CALL_END = "call_begin", "argument_begin", "call_end"
@@ -48,6 +48,11 @@ _KIMI_MARKERS = (
     Marker("<|tool_arguments_begin|>", ARGUMENT_BEGIN),  # the K2 tech report's spelling
     Marker("<|tool_call_end|>", CALL_END),
 )
+
+# The markers a piece may be whole (each is one token of Kimi's vocabulary, so it nearly always
+# comes as a piece of its own): all but the truncated spellings, which begin a longer marker and
+# are read only when no `>` follows (`find_marker`).
+_WHOLE_MARKERS = {m.text: m for m in _KIMI_MARKERS if not any(o.text != m.text and o.text.startswith(m.text) for o in _KIMI_MARKERS)}
 
 SECTION, HEADER, INFER = "section", "header", "infer"
 
@@ -161,18 +166,33 @@ class KimiLexer(TokenLexer):
             self._take(text, out)
             self._report_idle()
             return out
+        if not self._buf and (marker := _WHOLE_MARKERS.get(text)) is not None:
+            # A whole marker and nothing unread before it (the commonest piece with a `<`): what
+            # `_run` makes of it (no text before it, none after), without searching for it.
+            out = []
+            self._on_marker(marker, out)
+            self._report_idle()
+            return out
         return super().feed(text)
 
     def steady_piece(self, text: str, live: bool) -> str | None:
         """`Lexer.steady_piece`: a piece of a call's arguments streamed live (`feed`'s own
-        commonest case), unless it may begin a marker or would hold more whitespace than the cap."""
-        if not live or self._state != ARGS or not self._args_sent or self._buf or self._lead == HOLD or "<" in text or not text:
+        commonest case), or of a call's header (held: ""), unless it may begin a marker, would
+        hold more whitespace than the cap or make the header too long."""
+        if self._buf or self._lead == HOLD or "<" in text or not text:
             return None
-        if not self._ws and not text[-1].isspace():
-            return text
-        if self._ws_len + len(text) > self._max_held:
-            return None  # (`feed` releases a flood of whitespace)
-        return self._args_spaced(text)
+        state = self._state
+        if state == ARGS and live and self._args_sent:
+            if not self._ws and not text[-1].isspace():
+                return text
+            if self._ws_len + len(text) > self._max_held:
+                return None  # (`feed` releases a flood of whitespace)
+            return self._args_spaced(text)
+        if state == HEADER and len(self._header) + len(text) <= MAX_HEADER:
+            self._raw_add(text)  # (`_markup_add` of a header that stays short enough)
+            self._header += text
+            return ""
+        return None
 
     def _args_spaced(self, text: str) -> str:
         """The arguments a piece in ARGS makes when whitespace is held or it ends in some:
