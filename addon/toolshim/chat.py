@@ -185,9 +185,7 @@ def parts_to_deltas(parts: list[Part]) -> list[dict[str, Any]]:
             calls = current.setdefault("tool_calls", [])
             entry = next((c for c in calls if c["index"] == index), None)
             if kind == "call":
-                calls.append(
-                    {"index": index, "id": part[2], "type": "function", "function": {"name": part[3], "arguments": ""}}
-                )
+                calls.append(_call_start(part))
             elif entry is not None:
                 entry["function"]["arguments"] += part[2]
             else:
@@ -195,6 +193,11 @@ def parts_to_deltas(parts: list[Part]) -> list[dict[str, Any]]:
     if current:
         deltas.append(current)
     return deltas
+
+
+def _call_start(part: Part) -> dict[str, Any]:
+    """A call's first delta entry (of its "call" part): index, id, type and name."""
+    return {"index": part[1], "id": part[2], "type": "function", "function": {"name": part[3], "arguments": ""}}
 
 
 class Rendered:
@@ -466,11 +469,13 @@ class ChatStreamRewriter(SseRewriter):
         held: list[dict[str, Any]], finish: Any, parse_error: dict[str, Any] | None,
     ) -> list[dict[str, Any]]:  # fmt: skip
         """The chunks a choice's parts go out in."""
-        if finish is None and not natives and len(parts) == 1 and parts[0][0] == "args" and choice.get("logprobs") is None:
-            # The bulk of a tool-call stream: one piece of arguments in, one out. What the
-            # general packing below makes of it, when the choice and its delta hold nothing else.
+        if finish is None and not natives and len(parts) == 1 and parts[0][0] != "text" and choice.get("logprobs") is None:
+            # The bulk of a tool-call stream: one piece of arguments in, one out (or a call's
+            # start). What the general packing below makes of it, when the choice and its delta
+            # hold nothing else.
             if choice.keys() <= _PLAIN_CHOICE_KEYS and delta.keys() <= _TEXT_KEY_SET:
-                entry = {"index": parts[0][1], "function": {"arguments": parts[0][2]}}
+                part = parts[0]
+                entry = {"index": part[1], "function": {"arguments": part[2]}} if part[0] == "args" else _call_start(part)
                 return [{**self._template, "choices": [{"index": index, "delta": {"tool_calls": [entry]}, "logprobs": None, "finish_reason": None}]}]
 
         head = {k: v for k, v in delta.items() if k not in TEXT_KEYS and k != "tool_calls"}
@@ -610,12 +615,16 @@ class ChatStreamRewriter(SseRewriter):
         leaf, path = live_path(lexer)
         return self._read_lexed(raw, text, unwind(path, leaf.feed(text)), state, channel, rendered)
 
-    def _read_lexed(self, raw: bytes, text: str, lexed: list[Segment], state: ChoiceRewriter, channel: tuple[str, ...], rendered: Rendered) -> list[bytes]:
+    def _read_lexed(
+        self, raw: bytes, text: str, lexed: list[Segment], state: ChoiceRewriter, channel: tuple[str, ...], rendered: Rendered,
+        armed: Frame | None = None,
+    ) -> list[bytes]:  # fmt: skip
         """What the full path (`_read_in_full`) makes of an event of a rendered frame whose text
         (`text`, of `channel`) the lexers made `lexed` of: the event as it came when its text
         comes out as it was, else its parts rendered by the full path's own rules; then the
         lanes are worked out again. (The frame's event holds one choice of one channel, no
-        finish_reason, no calls of upstream's, no event name: `_render_frame` checked it.)"""
+        finish_reason, no calls of upstream's, no event name: `_render_frame` checked it.)
+        `armed`: the frame of the argument lane that read the event (`_arm` learned it)."""
         self._args = self._quiet_frame = self._direct = None
         self._quiet_run = 0
         self._template = rendered.template
@@ -623,6 +632,8 @@ class ChatStreamRewriter(SseRewriter):
         state.place(channel, lexed, parts)
         if len(parts) == 1 and parts[0] == ("text", channel, text):
             out = [raw]
+        elif not parts:
+            out = [*rendered.held]  # (what the frame's event of no parts renders to: rendered once)
         else:
             choice = rendered.choice
             chunks = self._with_usage(rendered.usage, self._render(choice.get("index", 0), choice, choice["delta"], parts, [], [], None, None))
@@ -630,22 +641,23 @@ class ChatStreamRewriter(SseRewriter):
         self._settle()
         if self.lanes:
             self._lexed = (state, None, (channel, text), parts)
-            self._arm(raw)
+            self._arm(raw, armed)
         return out
 
-    def _arm(self, raw: bytes) -> None:
+    def _arm(self, raw: bytes, armed: Frame | None = None) -> None:
         """After an event read in full that left its one channel's lexer holding something (a
         call's header or arguments, a block): the lane of the next events of that channel,
-        when this event's shape allows one (see `ArgsLane`)."""
+        when this event's shape allows one (see `ArgsLane`). `armed`: a frame this method
+        learned (of a one-line event) and `raw` is an event of, with its text (of `channel`)."""
         state, choice, (channel, text), parts = self._lexed
         self._lexed = None
-        if len(self._choices) != 1 or not text or not is_one_data_line(raw):
+        if len(self._choices) != 1 or not text or (armed is None and not is_one_data_line(raw)):
             return
         lexer = state.lexer(channel)
         if lexer is None or lexer.idle:
             return
         frame = self._armed_frame
-        if frame is None or frame.channel != channel or frame.split(raw) is None:
+        if frame is None or (frame is not armed and (frame.channel != channel or frame.split(raw) is None)):
             # (A stream's events share a frame: the one learned last is taken again while this
             # event is one of it. Its bytes alone make a frame, whatever event it came from.)
             spans = string_spans(raw, channel)
@@ -754,7 +766,7 @@ class ChatStreamRewriter(SseRewriter):
                 at = next(n for n, node in enumerate(lane.path) if type(node) is SecondOf)
                 segments = lane.path[at].chain.feed(text)
                 if segments or not all(node.chain.first.idle for node in lane.path[at:] if type(node) is SecondOf):
-                    return self._read_lexed(raw, text, unwind(lane.path[:at], segments), lane.state, lane.channel, lane.rendered)
+                    return self._read_lexed(raw, text, unwind(lane.path[:at], segments), lane.state, lane.channel, lane.rendered, lane.frame)
             else:
                 segments = leaf.feed(text)
             if not segments:
@@ -764,7 +776,7 @@ class ChatStreamRewriter(SseRewriter):
                 return [*lane.held]
             if not (lane.finished and len(segments) == 1 and type(segments[0]) is CallArgs and not leaf.idle):
                 # Anything else: what the lexers around the leaf make of it, rendered as the full path does.
-                return self._read_lexed(raw, text, unwind(lane.path, segments), lane.state, lane.channel, lane.rendered)
+                return self._read_lexed(raw, text, unwind(lane.path, segments), lane.state, lane.channel, lane.rendered, lane.frame)
             piece = segments[0].text
         elif not piece:
             return [*lane.held]  # (the steady state made nothing of it: whitespace held)
