@@ -647,8 +647,9 @@ class ChatStreamRewriter(SseRewriter):
     def _arm(self, raw: bytes, armed: Frame | None = None) -> None:
         """After an event read in full that left its one channel's lexer holding something (a
         call's header or arguments, a block): the lane of the next events of that channel,
-        when this event's shape allows one (see `ArgsLane`). `armed`: a frame this method
-        learned (of a one-line event) and `raw` is an event of, with its text (of `channel`)."""
+        when this event's shape allows one (see `ArgsLane`). `armed`: the frame of the lane that
+        read `raw`, one this method learned from a one-line event: `raw` is one line of it, and
+        is not framed again."""
         state, choice, (channel, text), parts = self._lexed
         self._lexed = None
         if len(self._choices) != 1 or not text or (armed is None and not is_one_data_line(raw)):
