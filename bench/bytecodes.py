@@ -83,6 +83,9 @@ def count(kind_name: str, lines_of: str = "") -> tuple[collections.Counter, coll
 
 
 def main(argv: list[str]) -> int:
+    if "--help" in argv or "-h" in argv:
+        print(__doc__)
+        return 0
     top, lines_of, show_reads = 25, "", False
     if "--top" in argv:
         at = argv.index("--top")
@@ -95,6 +98,12 @@ def main(argv: list[str]) -> int:
     if "--reads" in argv:
         argv.remove("--reads")
         show_reads = True
+    sys.path.insert(0, str(BENCH))
+    import e2e
+    import instructions
+
+    if unknown := [name for name in argv if name not in instructions.kinds(e2e)]:
+        return instructions.unknown_kinds(unknown, instructions.kinds(e2e))
     for kind in argv or ["kimi"]:
         bytecodes, calls, per_read, by_line = count(kind, lines_of)
         total = sum(bytecodes.values())

@@ -175,7 +175,16 @@ def cold_cycles(kind: str, reads: int) -> tuple[float, dict[str, float]]:
     return flow["Ir"] + 10 * first + 100 * last, {"Ir": flow["Ir"], "L1 misses": first, "LL misses": last}
 
 
+def unknown_kinds(unknown: list[str], known: dict) -> int:
+    """A clear error for arguments that are neither a stream nor an option (exit status 2)."""
+    print(f"not a stream nor an option: {' '.join(unknown)} (streams: {', '.join(known)}; --help for the options)", file=sys.stderr)
+    return 2
+
+
 def main(argv: list[str]) -> int:
+    if "--help" in argv or "-h" in argv:
+        print(__doc__)
+        return 0
     if argv[:1] == ["--feed"]:
         feed(argv[1], int(argv[2]), int(argv[3]), argv[4] == "1", argv[5] if len(argv) > 5 else "")
         return 0
@@ -206,6 +215,8 @@ def main(argv: list[str]) -> int:
     sys.path.insert(0, str(BENCH))
     import e2e
 
+    if unknown := [name for name in argv if name not in kinds(e2e)]:
+        return unknown_kinds(unknown, kinds(e2e))
     for kind in argv or list(kinds(e2e)):
         if cold:
             cycles, parts = cold_cycles(kind, reads)
