@@ -783,7 +783,8 @@ class MessagesStreamRewriter(SseRewriter):
             return [raw]
         return self._read_in_full(raw, event)
 
-    def _read_in_full(self, raw: bytes, event: dict[str, Any], lexed: list[Segment] | None = None) -> list[bytes]:
+    def _read_in_full(self, raw: bytes, event: dict[str, Any], lexed: list[Segment] | None = None, armed: Frame | None = None) -> list[bytes]:
+        """`armed`: the frame of the block lane that read `raw` (and fed its lexers: `lexed`)."""
         self._quiet_frame = self._block = self._direct = None
         core = self.core
         core.lexed, core.last_segments, core.defer_lexers = lexed, None, self.lanes
@@ -791,7 +792,7 @@ class MessagesStreamRewriter(SseRewriter):
         core.lexed = None
         self._find_quiet_blocks()
         if core.last_segments is not None and self.lanes:
-            self._arm(raw, event)
+            self._arm(raw, event, armed)
         return out
 
     def _quiet(self, index: int, kind: bytes) -> bool:
@@ -876,9 +877,11 @@ class MessagesStreamRewriter(SseRewriter):
         body = self._quiet_frame.split(raw)
         return body is not None and plain_body(body)
 
-    def _arm(self, raw: bytes, event: dict[str, Any]) -> None:
+    def _arm(self, raw: bytes, event: dict[str, Any], armed: Frame | None = None) -> None:
         """After a text or thinking delta read in full whose block's lexer holds markup, or whose
-        text goes to a block of ours: the lane of the next deltas of that block (`BlockLane`)."""
+        text goes to a block of ours: the lane of the next deltas of that block (`BlockLane`).
+        `armed`: the frame of the lane that read `raw`, one this method learned and checked: the
+        event is one of it, so it holds as it did then."""
         core = self.core
         source = core._sources.get(event.get("index"))
         delta = event.get("delta")
@@ -888,13 +891,15 @@ class MessagesStreamRewriter(SseRewriter):
         text = delta.get(name)
         if not isinstance(text, str) or not text or self._quiet(source.index, source.kind.encode()):
             return
-        spans = string_spans(raw, (name,))
-        frame = Frame.around(raw, spans) if spans is not None else None
-        if frame is None or _CARRIED_FIELD.search(frame.head):
-            return
-        read = read_event(frame.probe(b"\\u0001"))
-        if read is None or read[0] != {**event, "delta": {**delta, name: "\x01"}}:
-            return
+        frame = armed
+        if frame is None:
+            spans = string_spans(raw, (name,))
+            frame = Frame.around(raw, spans) if spans is not None else None
+            if frame is None or _CARRIED_FIELD.search(frame.head):
+                return
+            read = read_event(frame.probe(b"\\u0001"))
+            if read is None or read[0] != {**event, "delta": {**delta, name: "\x01"}}:
+                return
         segments = core.last_segments
         leaf, path = live_path(source.lexer)
         lane = BlockLane(frame, source, leaf, path, bool(segments) and type(segments[-1]) in (CallArgs, CallBegin))
@@ -980,7 +985,7 @@ class MessagesStreamRewriter(SseRewriter):
                 head, tail = lane.text
                 return [head + (escaped if escaped is not None else orjson.dumps(piece)[1:-1]) + tail]
         # Anything else: what the lexers around the leaf make of it, then the full path.
-        return self._read_in_full(raw, read_event(raw)[0], unwind(lane.path, segments))
+        return self._read_in_full(raw, read_event(raw)[0], unwind(lane.path, segments), frame)
 
 
 # Deltas whose field a client appends to what came before: delta type -> field.
