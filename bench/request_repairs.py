@@ -37,6 +37,7 @@ from toolshim.apis import CHAT  # noqa: E402
 from toolshim.backends import RepairPolicy, backend_for  # noqa: E402
 from toolshim.history import HistoryRepair  # noqa: E402
 from toolshim.memory import KeyMaker, LocalStore, turns_given, turns_given_pieces  # noqa: E402
+from toolshim.stream import NotedEvents  # noqa: E402
 
 POLICY = RepairPolicy.parse("auto")
 HEADERS = {"authorization": "Bearer sk-bench"}
@@ -117,10 +118,11 @@ def remembering_seconds_per_byte(size: int) -> float:
     return (time.thread_time() - start) / rounds / size
 
 
-def streamed_kimi_turn(reasoning: str, events_a_read: int = 8) -> tuple[list[bytes], dict]:
+def streamed_kimi_turn(reasoning: str, events_a_read: int = 8) -> tuple[list[bytes], NotedEvents]:
     """A Kimi turn of `reasoning` (mirrored fields, 4-character deltas, as Kimi's servers send
     them; markup in it becomes calls) through the addon's stream callable in reads of
-    `events_a_read`: what it hands to remembering at the terminal event (`sent`, `laned`)."""
+    `events_a_read`: what it hands to remembering at the terminal event (`sent`, and the events
+    the lanes noted)."""
     from toolshim.addon import StreamRewrite
     from toolshim.chat import ChatStreamRewriter
     from toolshim.encoding import incremental_decoder
@@ -136,12 +138,12 @@ def streamed_kimi_turn(reasoning: str, events_a_read: int = 8) -> tuple[list[byt
     pieces = [reasoning[at : at + 4] for at in range(0, len(reasoning), 4)]
     events = [chunk({"role": "assistant", "content": ""}), *(chunk({"reasoning": p, "reasoning_content": p}) for p in pieces), chunk({}, "tool_calls"), b"data: [DONE]\n\n"]
     handed = []
-    stream = StreamRewrite(ChatStreamRewriter(context), incremental_decoder(""), "bench", False, on_terminal=lambda sent, laned: handed.append((sent, laned)))
+    stream = StreamRewrite(ChatStreamRewriter(context), incremental_decoder(""), "bench", False, on_terminal=lambda sent, noted: handed.append((sent, noted)))
     for at in range(0, len(events), events_a_read):
         stream(b"".join(events[at : at + events_a_read]))
     stream(b"")
-    [(sent, laned)] = handed
-    return sent, laned
+    [(sent, noted)] = handed
+    return sent, noted
 
 
 def kimi_call(arguments: dict) -> str:
@@ -157,12 +159,12 @@ LONG_THOUGHT = "Let me think about the parser and what it does with each line. "
 
 def remembering_at_the_end(reasoning: str, rounds: int) -> tuple[float, float]:
     """Median seconds of remembering `streamed_kimi_turn(reasoning)` as the addon does (the
-    lanes' noted pieces taken, the other reads read), and of reading every event sent again."""
-    sent, laned = streamed_kimi_turn(reasoning)
+    events the lanes noted taken, the others read), and of reading every event sent again."""
+    sent, noted = streamed_kimi_turn(reasoning)
     taken, read_again = [], []
     for _ in range(rounds):
         start = time.thread_time()
-        [turn] = turns_given_pieces(CHAT, sent, laned)
+        [turn] = turns_given_pieces(CHAT, sent, noted)
         middle = time.thread_time()
         [again] = turns_given(CHAT, b"".join(sent))
         taken.append(middle - start)

@@ -76,11 +76,12 @@ class Pieces:
 @pytest.mark.parametrize("last_read", [[b"data: [DONE]\n\n"], [b"data: {}\n\n", b"", b"data: [DONE]\n\n"]])
 def test_what_the_client_got_is_handed_on_once_when_the_terminal_event_goes_out(last_read):
     """Remembering must not wait for mitmproxy's end of the stream: the client may send its next
-    request first. Empty pieces never go out (HTTP/1.1 would read one as the body's end)."""
+    request first. Empty pieces never go out (HTTP/1.1 would read one as the body's end), and a
+    read's pieces go out as one write."""
     handed = []
-    stream = StreamRewrite(Pieces([b"data: {}\n\n", b""], last_read), incremental_decoder(""), "u", False, on_terminal=lambda sent, laned: handed.append(b"".join(sent)))
+    stream = StreamRewrite(Pieces([b"data: {}\n\n", b""], last_read), incremental_decoder(""), "u", False, on_terminal=lambda sent, noted: handed.append(b"".join(sent)))
     assert stream(b"read 1") == [b"data: {}\n\n"] and handed == []
-    assert stream(b"read 2") == [piece for piece in last_read if piece]
+    assert stream(b"read 2") == [b"".join(last_read)]
     assert handed == [b"".join([b"data: {}\n\n", *last_read])]
     assert stream(b"") == [] and len(handed) == 1
 
@@ -108,8 +109,8 @@ MESSAGES_TEXT = (
 def test_a_text_that_names_the_terminal_event_is_not_the_event(terminal, text, event):
     """Remembering at a `[DONE]` the model wrote would leave out the turn's later calls."""
     handed = []
-    stream = StreamRewrite(Pieces([text], [text, text], [event]), incremental_decoder(""), "u", False, on_terminal=lambda sent, laned: handed.append(b"".join(sent)), terminal=terminal)
-    assert stream(b"read 1") == [text] and stream(b"read 2") == [text, text]
+    stream = StreamRewrite(Pieces([text], [text, text], [event]), incremental_decoder(""), "u", False, on_terminal=lambda sent, noted: handed.append(b"".join(sent)), terminal=terminal)
+    assert stream(b"read 1") == [text] and stream(b"read 2") == [text + text]
     assert handed == []
     stream(b"read 3")
     assert handed == [text * 3 + event]
@@ -119,11 +120,11 @@ def test_the_terminal_event_is_seen_in_a_stream_s_first_read_and_not_mid_line():
     """A read that starts with `data: [DONE]` is the event only where a line starts: after a
     line end or at the stream's start (after a failure, reads pass as they came, split anywhere)."""
     handed = []
-    first = StreamRewrite(Pieces([b"data: [DONE]\n\n"]), incremental_decoder(""), "u", False, on_terminal=lambda sent, laned: handed.append(b"".join(sent)))
+    first = StreamRewrite(Pieces([b"data: [DONE]\n\n"]), incremental_decoder(""), "u", False, on_terminal=lambda sent, noted: handed.append(b"".join(sent)))
     first(b"read 1")
     assert handed == [b"data: [DONE]\n\n"]
     handed.clear()
-    mid_line = StreamRewrite(Pieces([b'data: {"x": "'], [b'data: [DONE]"}\n\n']), incremental_decoder(""), "u", False, on_terminal=lambda sent, laned: handed.append(b"".join(sent)))
+    mid_line = StreamRewrite(Pieces([b'data: {"x": "'], [b'data: [DONE]"}\n\n']), incremental_decoder(""), "u", False, on_terminal=lambda sent, noted: handed.append(b"".join(sent)))
     mid_line(b"read 1")
     mid_line(b"read 2")
     assert handed == []

@@ -16,7 +16,7 @@ from toolshim.backends import REPAIRS, RepairPolicy, backend_for
 from toolshim.chat import ChatStreamRewriter
 from toolshim.encoding import incremental_decoder
 from toolshim.history import KIMI_ID, HistoryRepair
-from toolshim.memory import KeyMaker, LocalStore, turns_given, turns_given_pieces
+from toolshim.memory import KeyMaker, LocalStore, _noted_stretches, turns_given, turns_given_pieces
 from toolshim.messages import MessagesStreamRewriter
 
 from harness import sse_body
@@ -539,24 +539,31 @@ def _one_string(body: bytes) -> bool:
 
 def remembered_through_the_stream(context, reads: list[bytes], api: str = CHAT) -> tuple[list, list, int]:
     """A Chat or Messages stream through `StreamRewrite` in `reads`, remembered at its terminal
-    event: the turns read from what the lane noted (`turns_given_pieces`), the turns read again
-    from the whole body (`turns_given`), and how many pieces of arguments the lane noted."""
+    event: the turns read from what the lanes noted (`turns_given_pieces`), the turns read again
+    from the whole body (`turns_given`), and how many of the events the client got were taken
+    from the notes, not read again."""
     handed = []
     rewriter = (MessagesStreamRewriter if api == MESSAGES else ChatStreamRewriter)(copy.deepcopy(context))
     terminal = MESSAGES_TERMINAL if api == MESSAGES else CHAT_TERMINAL
-    stream = StreamRewrite(rewriter, incremental_decoder(""), "u", False, on_terminal=lambda sent, laned: handed.append((list(sent), copy.deepcopy(laned))), terminal=terminal)
+    stream = StreamRewrite(rewriter, incremental_decoder(""), "u", False, on_terminal=lambda sent, noted: handed.append((list(sent), noted)), terminal=terminal)
     for read in [*reads, b""]:
         stream(read)
-    [(sent, laned)] = handed
-    noted = sum(len(bodies) for _, bodies, _ in laned.values())
-    return turns_given_pieces(api, sent, laned), turns_given(api, b"".join(sent)), noted
+    [(sent, noted)] = handed
+    taken = sum(len(bodies) for call, bodies in _noted_stretches(sent, noted) if call is not None) if noted else 0
+    return turns_given_pieces(api, sent, noted), turns_given(api, b"".join(sent)), taken
+
+
+def noted_runs(noted) -> list[tuple[tuple | None, list[bytes]]]:
+    """The runs of `NotedEvents`: what each adds to, and its events."""
+    starts = [first for first, *_ in noted.runs]
+    return [(call, noted[first:end]) for (first, call, *_), end in zip(noted.runs, [*starts[1:], len(noted)])]
 
 
 def test_what_a_lane_noted_is_remembered_as_the_body_read_again(monkeypatch):
-    """The lane notes the pieces of arguments it sends (stream.py's `LanedRead`), and a read that
-    sent nothing else is not read again: the turns are those of the whole body read again, for
-    the lanes' Chat and Messages streams and the recorded ones in every way of cutting them into
-    reads (one event a read, two, eight, each event cut in two, random splits)."""
+    """The lanes note the events they send (stream.py's `NotedEvents`), and those are not read
+    again: the turns are those of the whole body read again, for the lanes' Chat and Messages
+    streams and the recorded ones in every way of cutting them into reads (one event a read, two,
+    eight, each event cut in two, random splits)."""
     from test_lanes import CountingSecrets, event_cuts, lane_streams, recorded_streams
     from toolshim import calls
 
@@ -622,45 +629,86 @@ def test_reasoning_passed_as_it_came_is_remembered_from_what_the_quiet_lane_note
 
 
 @pytest.mark.parametrize("stream", ["kimi in content", "messages: kimi in thinking"])
-def test_a_lane_s_reads_in_a_row_make_one_entry(stream):
-    """Paced, a read is one event: the reads a lane sent in a row for one call make one entry,
-    so that remembering at the terminal event does one thing a call, not one a read."""
+def test_a_call_s_pieces_are_noted_in_one_run(stream):
+    """Paced, a read is one event: each call's pieces of arguments are noted as one run, so
+    that remembering at the terminal event decodes a call's pieces at once."""
     from test_lanes import lane_streams
 
     [(api, context, body)] = [(api, context, body) for name, api, context, body in lane_streams() if name == stream]
     handed = []
     rewriter = (MessagesStreamRewriter if api == MESSAGES else ChatStreamRewriter)(copy.deepcopy(context))
     terminal = MESSAGES_TERMINAL if api == MESSAGES else CHAT_TERMINAL
-    stream_callable = StreamRewrite(rewriter, incremental_decoder(""), "u", False, on_terminal=lambda sent, laned: handed.append(laned), terminal=terminal)
+    stream_callable = StreamRewrite(rewriter, incremental_decoder(""), "u", False, on_terminal=lambda sent, noted: handed.append(noted), terminal=terminal)
     for read in [*by_event(body), b""]:
         stream_callable(read)
-    [laned] = handed
+    [noted] = handed
     [turn] = turns_given(api, b"".join(stream_callable.sent))
-    arguments = [bodies for (kind, *_), bodies, _ in laned.values() if kind == "args"]
-    assert len(arguments) == len(turn.calls) == 2 and all(len(bodies) >= 5 for bodies in arguments), laned
+    arguments = [events for call, events in noted_runs(noted) if call is not None and call[0] == "args" and events]
+    assert len(arguments) == len(turn.calls) == 2 and all(len(events) >= 5 for events in arguments), noted.runs
 
 
-@pytest.mark.parametrize(("stream", "armed_for"), [("kimi in content", {("args", 0, 0), ("args", 0, 1)}), ("messages: kimi in thinking", {("args", 1), ("args", 2)})])
-def test_a_read_in_which_a_lane_is_armed_is_read_again(stream, armed_for):
-    """Where a lane is armed the frame around its pieces may change size: the read it is armed
-    in is not taken from what was noted, even where its output's size would match."""
+def test_a_lane_armed_again_for_the_same_call_goes_on_with_its_run():
+    """A lane armed again (after each event the full path read: a boundary, a piece that was not
+    steady) for what the run's events already add to, around the same bytes, goes on with the
+    run; anything else begins a new one."""
+    from toolshim.stream import NotedEvents
+
+    noted = NotedEvents()
+    head, tail, wider = b'data: {"delta":"', b'"}\n\n', b'data: {"delta": "'
+    noted.armed(("args", 0, 0), head, tail)
+    noted.append(b"first")
+    noted.armed(("args", 0, 0), head, tail)
+    noted.append(b"second")
+    noted.armed(("args", 0, 0), wider, tail)  # (another frame around the same call's pieces)
+    noted.armed(("args", 0, 1), wider, tail)
+    noted.append(b"third")
+    noted.armed(("text", 0, ("a", "b")), head, tail, b'","b":"')
+    assert noted.runs == [(0, ("args", 0, 0), head, tail, None), (2, ("args", 0, 0), wider, tail, None), (2, ("args", 0, 1), wider, tail, None), (3, ("text", 0, ("a", "b")), head, tail, b'","b":"')]
+
+
+@pytest.mark.parametrize("events_a_read", [1, 2, 8])
+@pytest.mark.parametrize("stream", ["kimi in content", "kimi in mirrored reasoning", "kimi: prose and calls in turn", "messages: kimi in thinking"])
+def test_what_a_lane_notes_is_an_event_it_sent_with_its_string_where_the_run_says(stream, events_a_read):
+    """Each event a lane notes is, by identity, one of the pieces the rewriter returned for the
+    read it was noted in (an event the client gets as the lane made it), and its run finds in
+    it a JSON string body that the event, parsed, holds in the place the run names: a call's
+    arguments (Chat's `tool_calls` entry of that index, Messages' `input_json_delta` of that
+    block) or the text fields."""
     from test_lanes import REWRITERS, lane_streams
-    from toolshim.stream import LanedRead
+    from toolshim.stream import NotedEvents
 
     [(api, context, body)] = [(api, context, body) for name, api, context, body in lane_streams() if name == stream]
     rewriter = REWRITERS[api](copy.deepcopy(context))
-    rewriter.laned = laned = LanedRead()
-    calls = []
-    for event in by_event(body):
-        out = rewriter.feed(event)
-        if laned.spoiled:  # (armed by this event: the full path read it)
-            calls.append(laned.call)
-            assert not laned.sent_only_these(out)
-        elif laned:
-            assert laned.sent_only_these(out)  # a piece of arguments, as the lane sent it
-        laned.clear()
-        laned.spoiled = False
-    assert armed_for <= set(calls), calls  # (a call's header is read with no call open yet: None)
+    rewriter.laned = noted = NotedEvents()
+    events = by_event(body)
+    for at in range(0, len(events), events_a_read):
+        before = len(noted)
+        out = rewriter.feed(b"".join(events[at : at + events_a_read]))
+        assert all(any(piece is event for piece in out) for event in noted[before:])
+    checked = 0
+    for (first, call, head, tail, mid), (_, events) in zip(noted.runs, noted_runs(noted)):
+        for event in events:
+            assert event.startswith(head) and event.endswith(tail)
+            string = event[len(head) : len(event) - len(tail)]
+            if mid is not None:  # (mirrored fields: the body, `mid`, the body again)
+                size = (len(string) - len(mid)) // 2
+                assert string == string[:size] + mid + string[:size]
+                string = string[:size]
+            text = json.loads(b'"' + string + b'"')
+            chunk = json.loads(event[event.index(b"{") :])
+            if call is None:
+                continue
+            if api == MESSAGES:
+                assert call == ("args", chunk["index"]) and chunk["delta"] == {"type": "input_json_delta", "partial_json": text}
+            elif call[0] == "args":
+                [choice] = chunk["choices"]
+                [entry] = choice["delta"]["tool_calls"]
+                assert (choice["index"], entry["index"], entry["function"]["arguments"]) == (call[1], call[2], text)
+            else:
+                [choice] = chunk["choices"]
+                assert choice["index"] == call[1] and all(choice["delta"][field] == text for field in call[2])
+            checked += 1
+    assert checked >= 10, noted.runs
 
 
 @budget(100)

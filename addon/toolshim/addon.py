@@ -38,7 +38,7 @@ from .messages import MessagesStreamRewriter, rewrite_messages_body
 from .memory import ConversationState, KeyMaker, LocalStore, RedisStore, StoreUnreachable, turns_given_pieces
 from .report import MARK_REWRITTEN, FlowOutcome, SessionCounters, request_comment, tally
 from .responses import ResponsesStreamRewriter, rewrite_response_body
-from .stream import LanedRead, SseRewriter
+from .stream import NotedEvents, SseRewriter
 from .tools import RequestContext
 
 log = logging.getLogger(__name__)
@@ -141,7 +141,7 @@ class StreamRewrite:
         decoder: Decoder,
         url: LoggedUrl | str,
         keep_upstream: bool,
-        on_terminal: Callable[[list[bytes], dict[int, list]], None] | None = None,
+        on_terminal: Callable[[list[bytes], NotedEvents | None], None] | None = None,
         terminal: TerminalEvent = CHAT_TERMINAL,
     ) -> None:
         self.rewriter = rewriter
@@ -155,15 +155,8 @@ class StreamRewrite:
         # client may send its next request before mitmproxy's `response` hook fires.
         self.on_terminal = on_terminal
         self.terminal = terminal
-        # The reads whose every event a lane sent as a piece of a call's arguments, by where they
-        # begin in `sent`: [call, the pieces' string bodies, how many pieces of `sent`], handed
-        # on with `sent` so remembering need not read them again (`LanedRead`). Such reads in a
-        # row, of one call, make one entry (paced, a read is one event).
-        self.laned: dict[int, list] = {}
-        self._laned_last: list | None = None  # the latest entry, and where it ends in `sent`
-        self._laned_end = -1
-        if on_terminal is not None:
-            rewriter.laned = LanedRead()
+        if on_terminal is not None:  # (the lanes note what they send: remembering takes it, not read again)
+            rewriter.laned = NotedEvents()
 
     def __call__(self, data: bytes) -> list[bytes]:
         end = not data
@@ -191,50 +184,29 @@ class StreamRewrite:
         # (Called for every network read: no comprehension or generator where a read is one piece.)
         if b"" in out:
             out = [piece for piece in out if piece]
-        laned = self.rewriter.laned
-        if laned is not None:
-            if laned:
-                self._note_laned(laned, out)
-            laned.spoiled = False
-        self.sent.extend(out)
+        first = len(self.sent)
+        self.sent.extend(out)  # (as the rewriter made them: remembering knows a lane's events by their identity)
+        if len(out) > 1:
+            out = [b"".join(out)]  # a read's events go out as one write
         if self.on_terminal is not None:
-            # (`_carries_terminal`'s commonest answer, inline: one piece without the needle.)
-            if end or (out and (len(out) > 1 or self.terminal.needle in out[0]) and self._carries_terminal(out)):
+            # (`_carries_terminal`'s commonest answer, inline: no needle.)
+            if end or (out and self.terminal.needle in out[0] and self._carries_terminal(out[0], first)):
                 self.terminal_reached()
         return out
 
-    def _note_laned(self, laned: LanedRead, out: list[bytes]) -> None:
-        """Before `out` joins `sent`: its lane's pieces, when it is only their events."""
-        if laned.sent_only_these(out) and not self.failed:
-            last, at = self._laned_last, len(self.sent)
-            if last is not None and last[0] == laned.call and self._laned_end == at:
-                last[1] += laned
-                last[2] += len(out)
-            else:
-                self._laned_last = self.laned[at] = [laned.call, laned[:], len(out)]
-            self._laned_end = at + len(out)
-        laned.clear()
-
-    def _carries_terminal(self, out: list[bytes]) -> bool:
-        """Whether `out`, the read's output (already at the end of `sent`), holds the terminal
-        event. A model that writes `[DONE]` or `message_stop` in its text must not have the turn
-        remembered there: its later calls would be missing."""
-        needle = self.terminal.needle
-        if len(out) == 1:
-            if needle not in out[0]:
-                return False
-        elif not any(needle in piece for piece in out):
-            return False
-        first = len(self.sent) - len(out)  # rare from here: once a stream, or text naming the event
-        before = self.sent[first - 1][-1:] if first else b"\n"
-        return self.terminal.framing.search(before + b"".join(out)) is not None
+    def _carries_terminal(self, written: bytes, first: int) -> bool:
+        """Whether `written`, the read's output (already at the end of `sent`, from `first` on),
+        holds the terminal event. A model that writes `[DONE]` or `message_stop` in its text must
+        not have the turn remembered there: its later calls would be missing."""
+        before = self.sent[first - 1][-1:] if first else b"\n"  # (rare: once a stream, or text naming the event)
+        return self.terminal.framing.search(before + written) is not None
 
     def terminal_reached(self) -> None:
         """Hand what the client got to `on_terminal`, once (a stream cut short: at its end)."""
         callback, self.on_terminal = self.on_terminal, None
         if callback is not None:
             try:
-                callback(self.sent, self.laned)
+                callback(self.sent, self.rewriter.laned)
             except Exception as exc:  # remembering is a nicety: never the stream's problem
                 log.warning("toolshim: remembering the reasoning of %s failed (%r)", self.url, exc, exc_info=exc)
 
@@ -264,7 +236,7 @@ class StreamRewrite:
         self.terminal_reached()
         self.sent = []
         self.upstream = []
-        self.laned = {}
+        self.rewriter.laned = None  # (its notes hold what the client got)
         self.failed = True  # should mitmproxy call again, pass bytes through
 
 
@@ -704,16 +676,16 @@ class ToolShim:
         self._annotate(flow, state, stream.stats, changed=changed, upstream=upstream, failed=stream.failed)
         stream.release()
 
-    def _remembering(self, flow: http.HTTPFlow, state: FlowState) -> Callable[[bytes], None] | None:
+    def _remembering(self, flow: http.HTTPFlow, state: FlowState) -> Callable[[list[bytes], NotedEvents | None], None] | None:
         """What keeps the reasoning the client is given, for the backends that want it back."""
         keys = state.remember
         if keys is None or not flow.live:
             return None
         url = LoggedUrl(flow.request)
 
-        def remember(sent: list[bytes], laned: dict[int, list]) -> None:
+        def remember(sent: list[bytes], noted: NotedEvents | None) -> None:
             records: dict[str, bytes] = {}
-            for turn in turns_given_pieces(state.api, sent, laned):
+            for turn in turns_given_pieces(state.api, sent, noted):
                 records.update(turn.records(keys, state.remember_all_turns))
             self.state.put(records, lambda failure: log.warning("toolshim: state store unreachable (%s); the reasoning of %s is not kept", failure, url))
 
@@ -761,7 +733,7 @@ class ToolShim:
         if changed:
             response.content = new_body  # re-encodes to the flow's content-encoding
         if (remember := self._remembering(flow, state)) is not None:
-            remember([new_body], {})
+            remember([new_body], None)
         upstream = body if changed and self._options.keep_upstream else None
         self._annotate(flow, state, stats, changed=changed, upstream=upstream, failed=False)
 

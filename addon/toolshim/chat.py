@@ -570,7 +570,7 @@ class ChatStreamRewriter(SseRewriter):
         frame.channel = keys if frame.mid is None else None  # (mirrored: the channel's key order is the delta's)
         self._quiet_frame = frame
         lane = quiet_lane(frame, self._echo, None if self._reasoning_field_known else b"reasoning")
-        if self.laned is not None:  # (the text it passes is noted for remembering: `LanedRead`)
+        if self.laned is not None:  # (the text it passes is noted for remembering: `NotedEvents`)
             lane = noting_lane(lane, frame, _quiet_text(raw, keys))
             self.laned.armed(*lane.noted_as)
         self._direct = lane
@@ -688,12 +688,10 @@ class ChatStreamRewriter(SseRewriter):
         finished = bool(parts) and parts[-1][0] in ("args", "call")
         lane = ArgsLane(frame, live_path(lexer, past_idle_first=True), head, rendered, finished, state, channel)
         self._args = lane
-        if (laned := self.laned) is not None:
-            # The call the lane's pieces go to, as the client numbers it, and the bytes around
-            # each. What the full path sent in this read makes its output larger than the noted
-            # events, unless the frames differ in size (`fixed`): the read is not taken.
-            call = ("args", rendered.choice.get("index", 0), index) if lane.alone and type(index) is int else None
-            laned.armed(call, len(head) + len(lane.tail))
+        if (laned := self.laned) is not None and lane.alone:
+            # The call the lane's pieces go to, as the client numbers it, and the bytes around each.
+            call = ("args", rendered.choice.get("index", 0), index) if type(index) is int else None
+            laned.armed(call, head, lane.tail)
         self._direct = self._lane_direct(type(self)._args_read)
 
     def _render_frame(self, raw: bytes, frame: Frame, choice: dict[str, Any], channel: tuple[str, ...], open_index: int | None) -> Rendered | None:
@@ -788,9 +786,10 @@ class ChatStreamRewriter(SseRewriter):
         else:  # orjson's escapes may differ from upstream's
             body = orjson.dumps(piece)[1:-1]
         if lane.alone:
+            piece = lane.head + body + lane.tail
             if (laned := self.laned) is not None:
-                laned.append(body)
-            return [lane.head + body + lane.tail]
+                laned.append(piece)
+            return [piece]
         return [*lane.before, lane.head + body + lane.tail, *lane.after]
 
     def _parse_error(self) -> dict[str, Any] | None:
@@ -819,7 +818,7 @@ class ChatStreamRewriter(SseRewriter):
 
 
 def _quiet_text(raw: bytes, keys: tuple[str, ...]) -> tuple[str, Any, tuple[str, ...]] | None:
-    """What the events of a quiet frame learned from `raw` add to, for remembering (`LanedRead`):
+    """What the events of a quiet frame learned from `raw` add to, for remembering (`NotedEvents`):
     ("text", choice index, `keys`) when the event's one choice's delta holds nothing else a
     client accumulates; None: the lane's events are read again."""
     try:

@@ -2,9 +2,9 @@
 
 A thinking backend wants the reasoning of its earlier turns back; many clients drop it. When a
 response reaches the client, `turns_given` reads what the client got (after toolshim's rewrite;
-`turns_given_pieces` takes the pieces of arguments a lane noted instead of reading their events
-again) and `KeyMaker` names each turn; the next request's assistant turns are looked up by the same
-names (history.py). The state is the only thing that outlives a flow; losing it loses a repair,
+`turns_given_pieces` takes the events a lane noted instead of reading them again) and `KeyMaker`
+names each turn; the next request's assistant turns are looked up by the same names
+(history.py). The state is the only thing that outlives a flow; losing it loses a repair,
 never a byte.
 
 Keys. Kimi ids repeat in every conversation (`functions.bash:0`), so a key made of the id alone
@@ -26,16 +26,16 @@ import hashlib
 import re
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from itertools import accumulate, count as counting
-from operator import add
+from itertools import accumulate, count as counting, repeat
+from operator import add, getitem, is_
 from typing import Any
 
 import orjson
 
 from .apis import MESSAGES, RESPONSES
-from .stream import Frame, string_spans
+from .stream import Frame, NotedEvents, string_spans
 
 CHAT_REASONING_FIELDS = ("reasoning_content", "reasoning", "reasoning_details")
 _CREDENTIAL_HEADERS = ("authorization", "x-api-key", "api-key", "x-goog-api-key")
@@ -178,28 +178,65 @@ def turns_given(api: str, body: bytes) -> list[GivenTurn]:
     return _chat_stream_turns(body)
 
 
-def turns_given_pieces(api: str, pieces: list[bytes], laned: Mapping[int, list]) -> list[GivenTurn]:
-    """`turns_given` of the body `pieces` make, where the pieces `laned` names (by where they
-    begin: the call, its pieces of arguments as string bodies, how many pieces) are not read
-    again: a Chat or Messages stream's lane sent them, and noted what (stream.py's `LanedRead`).
-    The reads between are read as ever, in order, so the pieces of a call's arguments keep the
-    order the client got them in."""
-    if not laned or api == RESPONSES:
+def turns_given_pieces(api: str, pieces: list[bytes], noted: NotedEvents | None) -> list[GivenTurn]:
+    """`turns_given` of the body `pieces` make, where the pieces that are (by identity) events a
+    lane sent and noted (`noted`, stream.py's `NotedEvents`) are not read again: their string
+    bodies are taken, a run of them decoded at once. The pieces between are read as ever, in
+    order, so the pieces of a call's arguments keep the order the client got them in."""
+    if not noted or api == RESPONSES:
         return turns_given(api, b"".join(pieces))
-    turns, at, count, start = _MessagesContent() if api == MESSAGES else _ChatTurns(), 0, len(pieces), 0
-    while at < count:
-        noted = laned.get(at)
-        if noted is None:
-            at += 1
-            continue
-        if start < at:
-            turns.read(b"".join(pieces[start:at]))
-        call, bodies, size = noted
-        turns.add(call, bodies)
-        at = start = at + size
-    if start < count:
-        turns.read(b"".join(pieces[start:]))
+    turns = _MessagesContent() if api == MESSAGES else _ChatTurns()
+    for call, stretch in _noted_stretches(pieces, noted):
+        if call is None:
+            turns.read(b"".join(stretch))
+        else:
+            turns.add(call, stretch)
     return turns.turns()
+
+
+def _noted_stretches(pieces: list[bytes], noted: NotedEvents) -> Iterator[tuple[tuple[Any, ...] | None, list[bytes]]]:
+    """`pieces` in stretches, in order: (what they add to, their string bodies) for events of one
+    run of `noted` in a row, (None, the pieces) for the rest. (A run's events are most often all
+    in a row: told at once, in C.)"""
+    notes = list(noted)  # (a list subclass indexes through a slower path)
+    runs = noted.runs
+    ends = [first for first, *_ in runs[1:]]
+    ends.append(len(notes))
+    at, count = 0, len(pieces)
+    for (first, call, head, tail, mid), end in zip(runs, ends):
+        k = first
+        while k < end:
+            note, found = notes[k], at
+            while found < count and pieces[found] is not note:
+                found += 1
+            if found == count:  # not sent (a read that failed): the rest is read
+                break
+            if found > at:
+                yield None, pieces[at:found]
+            size = end - k
+            if not all(map(is_, pieces[found : found + size], notes[k:end])):
+                size = 1
+                while k + size < end and found + size < count and pieces[found + size] is notes[k + size]:
+                    size += 1
+            events = pieces[found : found + size]
+            yield (None, events) if call is None else (call, _bodies(events, head, tail, mid))
+            at, k = found + size, k + size
+        else:
+            continue
+        break
+    if at < count:
+        yield None, pieces[at:]
+
+
+def _bodies(events: list[bytes], head: bytes, tail: bytes, mid: bytes | None) -> list[bytes]:
+    """The string bodies of `events`, each `head`, a body, `tail` (with `mid`: the body, `mid`,
+    the body again). (Cut event by event: a search for the bytes between two events, `tail +
+    head`, in the run joined took ten times as long.)"""
+    start = len(head)
+    if mid is None:
+        return list(map(getitem, events, repeat(slice(start, -len(tail)))))  # (in C)
+    fixed = start + len(mid) + len(tail)
+    return [event[start : start + (len(event) - fixed) // 2] for event in events]
 
 
 def _dicts(value: Any) -> list[dict]:

@@ -917,11 +917,8 @@ class MessagesStreamRewriter(SseRewriter):
         lane.quiet = lane.text is not None and not lane.quiet_if_idle and source.lexer.idle
         lane.steady = getattr(leaf, "steady_piece", None)
         lane.live = lane.finished and lane.args is not None
-        if (laned := self.laned) is not None:  # (see chat.py's `_arm`)
-            if lane.args is not None:
-                laned.armed(("args", source.open_call.index), len(lane.args[0]) + len(lane.args[1]))
-            else:
-                laned.armed(None, 0)
+        if (laned := self.laned) is not None and lane.args is not None:  # (see chat.py's `_arm`)
+            laned.armed(("args", source.open_call.index), *lane.args)
         self._block = lane
         self._direct = self._lane_direct(type(self)._block_read)
 
@@ -953,10 +950,10 @@ class MessagesStreamRewriter(SseRewriter):
             if not made:
                 return []
             head, tail = lane.args
-            body = body if made == text and 92 not in body else orjson.dumps(made)[1:-1]
+            piece = head + (body if made == text and 92 not in body else orjson.dumps(made)[1:-1]) + tail
             if (laned := self.laned) is not None:
-                laned.append(body)
-            return [head + body + tail]
+                laned.append(piece)
+            return [piece]
         segments = lane.leaf.feed(text)
         lane.quiet = False
         if lane.quiet_if_idle and lane.leaf.idle:  # the block is quiet again (the full path works it out after each event)
@@ -973,10 +970,10 @@ class MessagesStreamRewriter(SseRewriter):
                     return []  # no call open: the arguments go nowhere (as `_place` has it)
                 if lane.args is not None:
                     head, tail = lane.args
-                    body = escaped if escaped is not None else orjson.dumps(piece)[1:-1]
+                    event = head + (escaped if escaped is not None else orjson.dumps(piece)[1:-1]) + tail
                     if (laned := self.laned) is not None:
-                        laned.append(body)
-                    return [head + body + tail]
+                        laned.append(event)
+                    return [event]
             elif kind is Text and piece and lane.text is not None:
                 lane.source.produced = True
                 lane.quiet = piece == text and not lane.quiet_if_idle and lane.source.lexer.idle

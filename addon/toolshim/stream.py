@@ -298,50 +298,47 @@ def _latest_fields(fields: bytes) -> bytes:
     return last_retry + last_id
 
 
-class LanedRead(list):
-    """The string bodies a lane sent in the read being fed, one event each (`fixed` bytes around
-    the body, which is in it `copies` times: mirrored fields hold it twice), for remembering the
-    turn (memory.py) without reading those events again: pieces of a call's arguments, or text
-    passed as it came. `call` (what the pieces add to, as the API's stream names it: ("args",
-    choice, call index) and ("text", choice, fields) for Chat, ("args", block index) for
-    Messages; None: not told), `fixed` and `copies` are set where a lane is armed, which
-    `spoiled` the read. The caller takes a read's pieces only when its output is exactly these
-    events (its size tells: anything else sent makes it larger), and starts each read afresh: a
-    read whose output holds anything else is read again whole."""
+class NotedEvents(list):
+    """The events lanes sent, noted for remembering the turn (memory.py) without reading them
+    again: the very bytes objects a lane returned, one whole event each, in the order sent, and
+    what each run of them adds to (`runs`). Remembering walks what the client got and takes a
+    piece as noted only when it *is* (by identity) the next noted one: whatever else went out
+    around it (events the full path rendered, a read joined, a stream failed) is read again, so a
+    note can make remembering cheaper but never different. The notes hold the objects alive, so
+    no other piece can share an identity with one. `runs`: (the index of the run's first note,
+    what its events add to, as the API's stream names it: ("args", choice, call index) and
+    ("text", choice, fields) for Chat, ("args", block index) for Messages, None: not told, read
+    again; the bytes around the JSON string body each of its events holds: before, after, and
+    between its two copies for mirrored fields, else None). A lane that notes is armed first
+    (`armed`)."""
 
-    __slots__ = ("call", "fixed", "copies", "spoiled")
+    __slots__ = ("runs",)
 
     def __init__(self) -> None:
         super().__init__()
-        self.call: tuple[Any, ...] | None = None
-        self.fixed = 0
-        self.copies = 1
-        self.spoiled = False
+        self.runs: list[tuple[int, tuple[Any, ...] | None, bytes, bytes, bytes | None]] = []
 
-    def armed(self, call: tuple[Any, ...] | None, fixed: int, copies: int = 1) -> None:
-        """A lane that notes what it sends was armed (or taken up again): this read is not taken."""
-        self.spoiled = True
-        self.call, self.fixed, self.copies = call, fixed, copies
-
-    def sent_only_these(self, out: list[bytes]) -> bool:
-        """Is `out`, the read's output, exactly the events of these bodies?"""
-        size = len(out[0]) if len(out) == 1 else sum(map(len, out))
-        return not self.spoiled and self.call is not None and size == len(self) * self.fixed + self.copies * sum(map(len, self))
+    def armed(self, call: tuple[Any, ...] | None, head: bytes, tail: bytes, mid: bytes | None = None) -> None:
+        """A lane that notes what it sends was armed (or taken up again): the events noted from
+        now on are `head`, a string body, `tail` (with `mid`: the body, `mid`, the body again),
+        and add their string to `call`."""
+        runs = self.runs
+        if not runs or runs[-1][1:] != (call, head, tail, mid):
+            runs.append((len(self), call, head, tail, mid))
 
 
 def noting_lane(lane: Direct, frame: Frame, call: tuple[Any, ...] | None) -> Direct:
-    """`lane` (`quiet_lane`'s), noting the string body of each event it passes in the rewriter's
-    `laned`, for remembering (`LanedRead`); `noted_as`: what to arm it with."""
-    start, fixed, copies = len(frame.head), frame.fixed, 1 if frame.mid is None else 2
+    """`lane` (`quiet_lane`'s), noting each event it passes in the rewriter's `laned`, for
+    remembering (`NotedEvents`); `noted_as`: what to arm it with."""
 
     def noting(rewriter: SseRewriter, data: bytes) -> list[bytes] | None:
         out = lane(rewriter, data)
         if out is not None:
-            rewriter.laned.append(data[start : start + (len(data) - fixed) // copies])
+            rewriter.laned.append(data)
         return out
 
     noting.waits_for = lane.waits_for  # type: ignore[attr-defined]
-    noting.noted_as = (call, fixed, copies)  # type: ignore[attr-defined]
+    noting.noted_as = (call, frame.head, frame.tail, frame.mid)  # type: ignore[attr-defined]
     return noting
 
 
@@ -363,10 +360,10 @@ class SseRewriter:
         # Set by a subclass while its state lets whole reads pass when `_nothing_to_read`.
         self._passes_whole_reads = False
         self.lanes = LANES
-        # Set (to a `LanedRead`) by the caller that remembers the turn: the lanes that note what
-        # they send (chat.py's `_args_read`, messages.py's `_block_read`) note it there; the
-        # caller takes it after each read.
-        self.laned: LanedRead | None = None
+        # Set (to a `NotedEvents`) by the caller that remembers the turn: the lanes that note
+        # what they send (chat.py's `_args_read`, messages.py's `_block_read`, `noting_lane`)
+        # note it there.
+        self.laned: NotedEvents | None = None
         # Set by a subclass (`_direct`): the lane a read of one whole event takes from `feed` (it
         # returns the events to send, or None: the event takes the framed path). A function
         # called with the rewriter, never a bound method or a closure holding it: a rewriter in
@@ -402,7 +399,8 @@ class SseRewriter:
         return self._echo.changed
 
     def feed(self, data: bytes) -> list[bytes]:
-        """The bytes to send for a read (one piece: a read's events go out as one write)."""
+        """The bytes to send for a read, in pieces: an event a lane sent is a piece of its own
+        (remembering knows it by its identity: `NotedEvents`); the caller writes them as one."""
         # Inside a busy proxy each read begins with cold caches, and every function it calls
         # costs the cache misses of its code more than its instructions (bench/instructions.py
         # --cold): the commonest reads are told apart here, with the fewest calls.
@@ -482,9 +480,8 @@ class SseRewriter:
             if at:
                 if at < len(data):
                     out += self._framed(data[at:])
-                return [b"".join(out)] if len(out) > 1 else out
-        out = self._framed(data, True)  # (the whole read tried above, or not to be tried now)
-        return [b"".join(out)] if len(out) > 1 else out
+                return out
+        return self._framed(data, True)  # (the whole read tried above, or not to be tried now)
 
     def _lane_direct(self, read: Direct) -> Direct:
         """A lane whose events go out otherwise than they came (`read`, the method `_on_block`
