@@ -673,7 +673,8 @@ def test_what_a_lane_notes_is_an_event_it_sent_with_its_string_where_the_run_say
     read it was noted in (an event the client gets as the lane made it), and its run finds in
     it a JSON string body that the event, parsed, holds in the place the run names: a call's
     arguments (Chat's `tool_calls` entry of that index, Messages' `input_json_delta` of that
-    block) or the text fields."""
+    block) or the text fields (Chat's fields of the choice, Messages' text or thinking delta of
+    the block)."""
     from test_lanes import REWRITERS, lane_streams
     from toolshim.stream import NotedEvents
 
@@ -698,8 +699,10 @@ def test_what_a_lane_notes_is_an_event_it_sent_with_its_string_where_the_run_say
             chunk = json.loads(event[event.index(b"{") :])
             if call is None:
                 continue
-            if api == MESSAGES:
+            if api == MESSAGES and call[0] == "args":
                 assert call == ("args", chunk["index"]) and chunk["delta"] == {"type": "input_json_delta", "partial_json": text}
+            elif api == MESSAGES:
+                assert call == ("text", chunk["index"], call[2]) and chunk["delta"] == {"type": f"{call[2]}_delta", call[2]: text}
             elif call[0] == "args":
                 [choice] = chunk["choices"]
                 [entry] = choice["delta"]["tool_calls"]

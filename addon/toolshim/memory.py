@@ -653,11 +653,15 @@ class _MessagesContent:
                     steady.learn(line, (names[0],), {**event, "delta": {**delta, names[0]: "\x01"}}, (texts[names[0]],))
 
     def add(self, call: tuple[Any, ...], bodies: list[bytes]) -> None:
-        """Pieces of block `index`'s `partial_json` noted by a lane (`("args", index)`), as JSON
-        string bodies."""
-        _, index = call
-        if index in self.blocks:
-            self.pieces.setdefault(index, {}).setdefault("partial_json", []).extend(_lane_strings(bodies))
+        """Pieces noted by a lane, as JSON string bodies: of block `index`'s `partial_json`
+        (`("args", index)`), or of its text or thinking passed as it came (`("text", index,
+        field)`)."""
+        if call[0] == "args":
+            name, texts = "partial_json", _lane_strings(bodies)
+        else:
+            name, texts = call[2], _upstream_strings(bodies)
+        if call[1] in self.blocks:
+            self.pieces.setdefault(call[1], {}).setdefault(name, []).extend(texts)
 
     def blocks_given(self) -> list[dict[str, Any]]:
         content = []

@@ -43,7 +43,7 @@ from .lexers import ScopeLexers
 from .native import EMPTY_ARGUMENTS, ArgumentTyping
 from .lexers.base import CallArgs, CallBegin, CallEnd, ChainLexer, Lexer, ReasoningEnd, ReasoningText, Segment, Text, TextPieces
 from .sse import encode_event, parse_block, read_event
-from .stream import _CARRIED_FIELD, Contribution, Frame, SseRewriter, live_path, markup_may_start, plain_body, quiet_lane, string_spans, text_may_start_markup, unwind
+from .stream import _CARRIED_FIELD, Contribution, Frame, SseRewriter, live_path, markup_may_start, noting_lane, plain_body, quiet_lane, string_spans, text_may_start_markup, unwind
 from .tools import RequestContext
 
 TEXT, THINKING, TOOL_USE = "text", "thinking", "tool_use"
@@ -871,7 +871,11 @@ class MessagesStreamRewriter(SseRewriter):
         frame = Frame.around(raw, spans) if spans is not None else None
         if frame is not None:
             self._quiet_frame = frame
-            self._direct = quiet_lane(frame, self._echo)
+            lane = quiet_lane(frame, self._echo)
+            if self.laned is not None:  # (the text it passes is noted for remembering: `NotedEvents`)
+                lane = noting_lane(lane, frame, _quiet_text(raw))
+                self.laned.armed(*lane.noted_as)
+            self._direct = lane
 
     def _quiet_read(self, raw: bytes) -> bool:
         body = self._quiet_frame.split(raw)
@@ -987,6 +991,19 @@ class MessagesStreamRewriter(SseRewriter):
 
 # Deltas whose field a client appends to what came before: delta type -> field.
 _GROWING = {"text_delta": "text", "thinking_delta": "thinking", "input_json_delta": "partial_json"}
+
+
+def _quiet_text(raw: bytes) -> tuple[str, Any, str] | None:
+    """What the events of a quiet frame learned from `raw` add to, for remembering (`NotedEvents`):
+    ("text", the block's index, the delta's field) when the event is a text or thinking delta
+    and holds nothing else; None: the lane's events are read again."""
+    read = read_event(raw)
+    event = read[0] if read is not None else None
+    delta = event.get("delta") if isinstance(event, dict) and len(event) == 3 and event.get("type") == "content_block_delta" else None
+    if not isinstance(delta, dict) or len(delta) != 2:
+        return None
+    name = _GROWING.get(delta.get("type"))
+    return ("text", event.get("index"), name) if name in ("text", "thinking") and isinstance(delta.get(name), str) else None
 
 
 def _around(encoded: bytes) -> tuple[bytes, bytes] | None:
