@@ -666,6 +666,26 @@ def test_a_lane_armed_again_for_the_same_call_goes_on_with_its_run():
     assert noted.runs == [(0, ("args", 0, 0), head, tail, None), (2, ("args", 0, 0), wider, tail, None), (2, ("args", 0, 1), wider, tail, None), (3, ("text", 0, ("a", "b")), head, tail, b'","b":"')]
 
 
+@pytest.mark.parametrize("events_a_read", [1, 8])
+def test_text_a_block_lane_renders_is_read_again_not_taken_as_the_text_that_came(events_a_read):
+    """A thinking block's lane notes the deltas it sends as they came, in upstream's own frame
+    (here with spaces, as `json.dumps` writes it); a `<` it held goes out with the next piece, in
+    a delta it renders itself, in its own frame: that one is not noted (its string does not sit
+    where the run says), and the turn remembered is the one the client got."""
+    from anthropic_stream import block_events, message_end, message_start
+
+    model = "moonshotai/Kimi-K2.5"
+    context = RequestContext.from_request({"model": model, "tools": [{"name": "bash", "input_schema": {"type": "object"}}]})
+    pieces = ["Let me", " look", " at a", " <", "b <", "c <", "d and", " more", " text", " done."]
+    events = [message_start(model), *block_events(0, "thinking", pieces, signature=""), *message_end("end_turn")]
+    body = b"".join(f"event: {event['type']}\ndata: {json.dumps(event)}\n\n".encode() for event in events)
+    split = by_event(body)
+    reads = [b"".join(split[at : at + events_a_read]) for at in range(0, len(split), events_a_read)]
+    fed, read_again, taken = remembered_through_the_stream(context, reads, MESSAGES)
+    assert fed == read_again and fed[0].reasoning["blocks"][0]["thinking"] == "".join(pieces), fed
+    assert taken >= 3 or events_a_read > 1  # (in reads of several, the quiet deltas pass whole: read again)
+
+
 @pytest.mark.parametrize("events_a_read", [1, 2, 8])
 @pytest.mark.parametrize("stream", ["kimi in content", "kimi in mirrored reasoning", "kimi: prose and calls in turn", "messages: kimi in thinking"])
 def test_what_a_lane_notes_is_an_event_it_sent_with_its_string_where_the_run_says(stream, events_a_read):

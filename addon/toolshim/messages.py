@@ -720,6 +720,9 @@ class BlockLane:
     # (`Lexer.steady_piece`; not a chain's), and whether arguments made go out (`args`).
     steady: Any = None
     live: bool = False
+    # Whether it notes the text it sends, for remembering (`NotedEvents`): a lane whose block has
+    # no call open, its run armed with it. (One that has notes the call's pieces of arguments.)
+    notes_text: bool = False
 
     def __post_init__(self) -> None:
         self.start = len(self.frame.head)
@@ -921,8 +924,16 @@ class MessagesStreamRewriter(SseRewriter):
         lane.quiet = lane.text is not None and not lane.quiet_if_idle and source.lexer.idle
         lane.steady = getattr(leaf, "steady_piece", None)
         lane.live = lane.finished and lane.args is not None
-        if (laned := self.laned) is not None and lane.args is not None:  # (see chat.py's `_arm`)
-            laned.armed(("args", source.open_call.index), *lane.args)
+        if (laned := self.laned) is not None:  # (see chat.py's `_arm`)
+            if lane.args is not None:
+                laned.armed(("args", source.open_call.index), *lane.args)
+            elif lane.as_came:  # text as it came: in the event's own frame, when it holds nothing else
+                if (call := _quiet_text(raw)) is not None:
+                    lane.notes_text = True
+                    laned.armed(call, frame.head, frame.tail)
+            elif lane.text is not None:  # text renumbered: the event `text_event` renders
+                lane.notes_text = True
+                laned.armed(("text", current.index, DELTA_OF[kind][1]), *lane.text)
         self._block = lane
         self._direct = self._lane_direct(type(self)._block_read)
 
@@ -945,9 +956,13 @@ class MessagesStreamRewriter(SseRewriter):
             # What the idle lexer would give back, as it came (prose after a call), renumbered.
             lane.source.produced = True
             if lane.as_came:
-                return [raw]
-            head, tail = lane.text
-            return [head + (body if 92 not in body else orjson.dumps(text)[1:-1]) + tail]
+                event = raw
+            else:
+                head, tail = lane.text
+                event = head + (body if 92 not in body else orjson.dumps(text)[1:-1]) + tail
+            if lane.notes_text and (laned := self.laned) is not None:
+                laned.append(event)
+            return [event]
         if (steady := lane.steady) is not None and (made := steady(text, lane.live)) is not None:
             # The commonest event of a tool-call stream: a piece of a call's arguments.
             lane.quiet = False  # (as after any piece the lexer reads)
@@ -982,9 +997,15 @@ class MessagesStreamRewriter(SseRewriter):
                 lane.source.produced = True
                 lane.quiet = piece == text and not lane.quiet_if_idle and lane.source.lexer.idle
                 if lane.as_came and piece == text:
-                    return [raw]
-                head, tail = lane.text
-                return [head + (escaped if escaped is not None else orjson.dumps(piece)[1:-1]) + tail]
+                    event = raw
+                else:
+                    head, tail = lane.text
+                    event = head + (escaped if escaped is not None else orjson.dumps(piece)[1:-1]) + tail
+                    if lane.as_came:
+                        return [event]  # (not in the frame of the text noted as it came: read again)
+                if lane.notes_text and (laned := self.laned) is not None:
+                    laned.append(event)
+                return [event]
         # Anything else: what the lexers around the leaf make of it, then the full path.
         return self._read_in_full(raw, read_event(raw)[0], unwind(lane.path, segments), frame)
 
