@@ -307,8 +307,8 @@ class NotedEvents(list):
     note can make remembering cheaper but never different. The notes hold the objects alive, so
     no other piece can share an identity with one. `runs`: (the index of the run's first note,
     what its events add to, as the API's stream names it: ("args", choice, call index) and
-    ("text", choice, fields) for Chat, ("args", block index) for Messages, None: not told, read
-    again; the bytes around the JSON string body each of its events holds: before, after, and
+    ("text", choice, fields) for Chat, ("args", block index) and ("text", block index, field) for
+    Messages, None: not told, read again; the bytes around the JSON string body each of its events holds: before, after, and
     between its two copies for mirrored fields, else None). A lane that notes is armed first
     (`armed`)."""
 
