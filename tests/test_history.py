@@ -707,7 +707,7 @@ def test_what_a_lane_notes_is_an_event_it_sent_with_its_string_where_the_run_say
         out = rewriter.feed(b"".join(events[at : at + events_a_read]))
         assert all(any(piece is event for piece in out) for event in noted[before:])
     checked = 0
-    for (first, call, head, tail, mid), (_, events) in zip(noted.runs, noted_runs(noted)):
+    for (_, call, head, tail, mid), (_, events) in zip(noted.runs, noted_runs(noted)):
         for event in events:
             assert event.startswith(head) and event.endswith(tail)
             string = event[len(head) : len(event) - len(tail)]
