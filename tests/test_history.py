@@ -589,9 +589,9 @@ def test_what_a_lane_noted_is_remembered_as_the_body_read_again(monkeypatch):
 
 
 def test_a_read_of_a_lane_s_pieces_and_prose_after_the_call_is_read_again():
-    """The call and its section end in one event, and prose follows in the same read: no lane is
-    armed there (the lexer is idle), so only the read's size tells that it sent more than the
-    lane's pieces. Taken, the prose would be missing from the turn remembered."""
+    """The call and its section end in one event, and prose follows in the same read, where no
+    lane is armed (the lexer is idle): the lane's pieces are taken from its notes, the events
+    after them read again, and the turn remembered holds the prose."""
     from test_lanes import BASH_CHAT, chat_chunk
 
     model = "moonshotai/Kimi-K2.5"
