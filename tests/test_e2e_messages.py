@@ -141,6 +141,37 @@ def test_deepseek_anthropic_gets_its_thinking_back_on_the_next_turn(upstream, cl
     assert sent[1]["content"][1]["id"] == "call_00_x" and sent[2] == history[2]
 
 
+@pytest.mark.parametrize("events_a_write", [1, 8])
+@pytest.mark.parametrize("backend", ["deepseek-v4", "kimi-k2"])
+def test_thinking_streamed_token_by_token_comes_back_whole(upstream, client, unique_model, backend, events_a_write):
+    """Thinking in token-sized pieces, written one event at a time and eight at a time: the lanes
+    send it (a quiet lane, or the block lane of Kimi's thinking, which holds its call's markup)
+    and note what they sent (`NotedEvents`), and remembering takes those notes instead of reading
+    the events again. The next turn gets the thinking back whole, with the call it led to."""
+    model = f"{backend}-{unique_model}"
+    thought = "Let me look at the files in this directory before I change any of them."
+    pieces = [thought[at : at + 3] for at in range(0, len(thought), 3)]
+    if backend == "kimi-k2":
+        blocks = [block_events(0, "thinking", [*pieces, *KIMI_CALL])]
+    else:
+        blocks = [block_events(0, "thinking", pieces), tool_use_events(1, "functions.Bash:0", "Bash", ['{"command": ', '"echo hi"}'])]
+    events = [event + b"\n\n" for event in stream(model, *blocks, stop_reason="tool_use").split(b"\n\n") if event]
+    upstream.add(model, chunks=[b"".join(events[at : at + events_a_write]) for at in range(0, len(events), events_a_write)], delay=0.002)
+    message, _ = final_message(client, model)
+    thinking, call = message.content
+    assert thinking.thinking == thought and (call.id, call.input) == ("functions.Bash:0", {"command": "echo hi"})
+    upstream.add(model, chunks=[stream(model, block_events(0, "text", ["Two files."]))])
+    history = [
+        {"role": "user", "content": "Say hi."},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": call.id, "name": call.name, "input": call.input}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": call.id, "content": "a b"}]},
+    ]
+    with client.messages.stream(model=model, max_tokens=1024, messages=history, tools=[BASH_TOOL]) as answer:
+        answer.get_final_message()
+    sent = upstream.requests_for(model)[-1].json["messages"]
+    assert sent[1]["content"][0] == {"type": "thinking", "thinking": thought, "signature": ""}, sent[1]
+
+
 def test_tool_emulation_for_a_text_only_anthropic_backend(upstream, unique_model):
     """`toolshim_emulate`: the request goes without tools, the manifest in `system`, the
     history flattened; the `<tool_call>` the model writes comes back as a tool_use block, and

@@ -876,7 +876,8 @@ class MessagesStreamRewriter(SseRewriter):
             self._quiet_frame = frame
             lane = quiet_lane(frame, self._echo)
             if self.laned is not None:  # (the text it passes is noted for remembering: `NotedEvents`)
-                lane = noting_lane(lane, frame, _quiet_text(raw))
+                read = read_event(raw)
+                lane = noting_lane(lane, frame, _quiet_text(read[0] if read is not None else None))
                 self.laned.armed(*lane.noted_as)
             self._direct = lane
 
@@ -928,7 +929,7 @@ class MessagesStreamRewriter(SseRewriter):
             if lane.args is not None:
                 laned.armed(("args", source.open_call.index), *lane.args)
             elif lane.as_came:  # text as it came: in the event's own frame, when it holds nothing else
-                if (call := _quiet_text(raw)) is not None:
+                if (call := _quiet_text(event)) is not None:
                     lane.notes_text = True
                     laned.armed(call, frame.head, frame.tail)
             elif lane.text is not None:  # text renumbered: the event `text_event` renders
@@ -1014,12 +1015,10 @@ class MessagesStreamRewriter(SseRewriter):
 _GROWING = {"text_delta": "text", "thinking_delta": "thinking", "input_json_delta": "partial_json"}
 
 
-def _quiet_text(raw: bytes) -> tuple[str, Any, str] | None:
-    """What the events of a quiet frame learned from `raw` add to, for remembering (`NotedEvents`):
-    ("text", the block's index, the delta's field) when the event is a text or thinking delta
-    and holds nothing else; None: the lane's events are read again."""
-    read = read_event(raw)
-    event = read[0] if read is not None else None
+def _quiet_text(event: Any) -> tuple[str, Any, str] | None:
+    """What the events of a frame learned from `event` (parsed) add to, for remembering
+    (`NotedEvents`): ("text", the block's index, the delta's field) when the event is a text or
+    thinking delta and holds nothing else; None: the lane's events are read again."""
     delta = event.get("delta") if isinstance(event, dict) and len(event) == 3 and event.get("type") == "content_block_delta" else None
     if not isinstance(delta, dict) or len(delta) != 2:
         return None
