@@ -128,6 +128,14 @@ def test_deepseek_anthropic_gets_its_thinking_back_on_the_next_turn(upstream, cl
     message, _ = final_message(client, model)
     thinking, call = message.content
     assert thinking.signature == ""  # unsigned upstream thinking: signed empty for Claude Code
+    history, sent = next_turn_without_thinking(upstream, client, model, call)
+    assert sent[1]["content"][0] == {"type": "thinking", "thinking": "Need ls.", "signature": ""}
+    assert sent[1]["content"][1]["id"] == "call_00_x" and sent[2] == history[2]
+
+
+def next_turn_without_thinking(upstream, client, model: str, call) -> tuple[list[dict], list[dict]]:
+    """The next turn after `call`, as a client that drops thinking blocks sends it: the history
+    it sent, and the messages upstream got."""
     upstream.add(model, chunks=[stream(model, block_events(0, "text", ["Two files."]))])
     history = [
         {"role": "user", "content": "Say hi."},
@@ -136,9 +144,7 @@ def test_deepseek_anthropic_gets_its_thinking_back_on_the_next_turn(upstream, cl
     ]
     with client.messages.stream(model=model, max_tokens=1024, messages=history, tools=[BASH_TOOL]) as events:
         events.get_final_message()
-    sent = upstream.requests_for(model)[-1].json["messages"]
-    assert sent[1]["content"][0] == {"type": "thinking", "thinking": "Need ls.", "signature": ""}
-    assert sent[1]["content"][1]["id"] == "call_00_x" and sent[2] == history[2]
+    return history, upstream.requests_for(model)[-1].json["messages"]
 
 
 @pytest.mark.parametrize("events_a_write", [1, 8])
@@ -160,15 +166,7 @@ def test_thinking_streamed_token_by_token_comes_back_whole(upstream, client, uni
     message, _ = final_message(client, model)
     thinking, call = message.content
     assert thinking.thinking == thought and (call.id, call.input) == ("functions.Bash:0", {"command": "echo hi"})
-    upstream.add(model, chunks=[stream(model, block_events(0, "text", ["Two files."]))])
-    history = [
-        {"role": "user", "content": "Say hi."},
-        {"role": "assistant", "content": [{"type": "tool_use", "id": call.id, "name": call.name, "input": call.input}]},
-        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": call.id, "content": "a b"}]},
-    ]
-    with client.messages.stream(model=model, max_tokens=1024, messages=history, tools=[BASH_TOOL]) as answer:
-        answer.get_final_message()
-    sent = upstream.requests_for(model)[-1].json["messages"]
+    _, sent = next_turn_without_thinking(upstream, client, model, call)
     assert sent[1]["content"][0] == {"type": "thinking", "thinking": thought, "signature": ""}, sent[1]
 
 
