@@ -211,3 +211,39 @@ def test_scanning_work_is_linear_in_the_block():
     examined, out = scanned(text)
     assert out == [Text(text)]
     assert examined <= 4 * len(text)
+
+
+# Strings holding brackets and quotes: what the bulk of a held block must not count as nesting.
+bracket_strings = st.text(alphabet='{}[]"\\ x<', max_size=5)
+bracket_values = st.recursive(
+    st.none() | st.integers(-5, 5) | bracket_strings,
+    lambda children: st.lists(children, max_size=3) | st.dictionaries(bracket_strings, children, max_size=3),
+    max_leaves=8,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(model_text().map(lambda case: case[0]), bracket_values.map(lambda v: f"<tool_call>{json.dumps({'name': 'bash', 'arguments': v})}</tool_call> after")),
+       st.lists(st.integers(1, 6), min_size=1, max_size=40))  # fmt: skip
+def test_a_held_blocks_bulk_is_read_as_the_scanner_reads_it(text, sizes):
+    """`JsonCallsLexer.feed` takes a piece of a held block without the scanner's loop where it
+    can: the same segments and the same state after every piece as the generic step's."""
+    from toolshim.lexers.engine import BlockLexer
+
+    def state(lexer):
+        scanner = lexer._scanner
+        return (lexer._state, lexer._tail, lexer._raw.text(), lexer._size, lexer.examined, lexer.idle, scanner.depth, scanner.in_string, scanner.escape)
+
+    fast, generic = (hermes_lexer(CallScope(RequestContext(tools=dict(TOOLS)), RewriteStats())) for _ in range(2))
+    at, n = 0, 0
+    while at < len(text):
+        piece = text[at : at + sizes[n % len(sizes)]]
+        at, n = at + len(piece), n + 1
+        assert unnamed(fast.feed(piece)) == unnamed(BlockLexer.feed(generic, piece)), piece
+        assert state(fast) == state(generic), piece
+    assert unnamed(fast.finish()) == unnamed(generic.finish())
+
+
+def unnamed(segments):
+    """The segments, a call's minted id left out (each lexer mints its own)."""
+    return [CallBegin("", seg.name) if isinstance(seg, CallBegin) else seg for seg in segments]

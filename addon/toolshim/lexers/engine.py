@@ -569,11 +569,28 @@ class JsonCallsLexer(BlockLexer):
 
     def feed(self, text: str) -> list[Segment]:
         scanner = self._scanner
-        if self._state == JSON and scanner.in_string and not scanner.escape and not self._tail and '"' not in text and "\\" not in text and self._size + len(text) <= self._max_held:
-            self._raw.append(text)  # a held block's bulk, text that cannot end its string: taken as JSON's step takes it
-            self._size += len(text)
-            self.examined += len(text)
-            return []
+        if self._state == JSON and not scanner.escape and not self._tail and "\\" not in text and self._size + len(text) <= self._max_held:
+            # A held block's bulk, taken as JSON's step takes it, without the scanner's loop (a
+            # Python step per quote and bracket): text that cannot end its string, or, with no
+            # escape and no `<` (the scanner's one stop), text whose quotes only switch strings
+            # on and off and whose closers cannot close the value (fewer than it is deep).
+            if scanner.in_string and '"' not in text:
+                self._raw.append(text)
+                self._size += len(text)
+                self.examined += len(text)
+                return []
+            if scanner.depth and "<" not in text:
+                parts = text.split('"')
+                outside = "".join(parts[scanner.in_string :: 2])  # (in a string, the first part is the string's)
+                closes = outside.count("}") + outside.count("]")
+                if closes < scanner.depth:
+                    scanner.depth += outside.count("{") + outside.count("[") - closes
+                    if not len(parts) & 1:  # an odd number of quotes
+                        scanner.in_string = not scanner.in_string
+                    self._raw.append(text)
+                    self._size += len(text)
+                    self.examined += len(text)
+                    return []
         return super().feed(text)
 
     def _value_closed(self, out: list[Segment], j: int) -> int:
