@@ -181,9 +181,13 @@ def odd_delta(body: bytes, digits: bytes, number_last: bool) -> bytes:
 )
 def test_events_the_full_path_reads_otherwise(body, digits, number_last, monkeypatch):
     """An event in the middle of plain text (or held markup) that the full path cannot read, or
-    reads otherwise than its bytes suggest, whatever the lanes learned before it."""
-    for at in (30, 75):  # in plain text; inside the call's block
-        pieces = [*PROSE_PIECES[:60], *pieces_of(CALL, 6), "after"]
+    reads otherwise than its bytes suggest, whatever the lanes learned before it. (In the second
+    call's block the echo check has decided: the held lane takes runs of events in a read.)"""
+    prose, call = PROSE_PIECES[:60], pieces_of(CALL, 6)
+    in_block = call.index("ar")  # (in its JSON, after `"name": "bash", "`)
+    second = len(prose) + len(call) + 10
+    for at in (30, len(prose) + in_block, second + in_block):  # in plain text; inside the first call's block, the second's
+        pieces = [*prose, *call, *PROSE_PIECES[:10], *call, "after"]
         pieces.insert(at, odd_delta(body, digits, number_last))
         stream_body = stream(pieces, number_last=number_last)
         events = by_event(stream_body)
@@ -201,3 +205,51 @@ def test_numbering_that_upstream_breaks(number_last, monkeypatch):
     body = stream(pieces, number_last=number_last, numbers=numbers)
     events = by_event(body)
     check(RESPONSES, context(), body, [events], monkeypatch)
+
+
+def test_a_held_blocks_events_in_a_read_go_to_the_lexer_at_once(monkeypatch):
+    """In reads of eight, once the echo check has decided (the second call), the events of a
+    block the lexer holds whole go to it as one text a read (`held_reader`'s run), up to one that
+    may begin a tag (a `<`), which it reads alone: the second block's JSON reaches the lexer in a
+    piece for the event that opens it and one a read after that."""
+    from toolshim.lexers import engine
+
+    fed: list[str] = []
+    feed = engine.JsonCallsLexer.feed
+    monkeypatch.setattr(engine.JsonCallsLexer, "feed", lambda lexer, text: fed.append(text) or feed(lexer, text))
+    call = pieces_of(CALL, 6)
+    body = stream([*PROSE_PIECES[:20], *call, *PROSE_PIECES[:10], *call, "after"])
+    events = by_event(body)
+    check(RESPONSES, context(), body, [events], monkeypatch)
+    events_in_json = call.index("<", 1) - call.index(">\n") - 1
+    for shift in range(8):  # (where the reads' ends fall)
+        fed.clear()
+        reads = [b"".join(events[at : at + 8]) for at in range(shift, len(events), 8)]
+        _, rewriter = rewrite(RESPONSES, context(), [b"".join(events[:shift]), *reads] if shift else reads, True, monkeypatch)
+        assert rewriter.stats.calls == 2
+        opened = len(fed) - fed[::-1].index(">\n")  # the second block's opening tag ends there
+        json_pieces = fed[opened : fed.index("<", opened)]
+        assert "".join(json_pieces) == '{"name": "bash", "arguments": {"command": "ls -la"}}\n'
+        # the opening event alone (the lexer holds no value yet), then a piece a read
+        assert len(json_pieces) <= 2 + -(-events_in_json // 8), (shift, json_pieces)
+
+
+def test_a_run_refused_is_not_looked_for_again_in_the_same_events(monkeypatch):
+    """A `<` escaped in a held block's JSON (`\\u003c`, which the lexer must read, not a run):
+    the run that holds it is refused as a whole, its events are read one by one, and no run is
+    looked for again among them (each event of a read is looked at by one run at most, however
+    long the read)."""
+    looked_at: list[int] = []
+    each_string = responses.each_string
+    monkeypatch.setattr(responses, "each_string", lambda bodies: looked_at.append(len(bodies)) or each_string(bodies))
+    call = pieces_of(CALL, 6)
+    at = call.index('"ls ')
+    escaped = [*call[:at], *pieces_of('"ls ', 1), odd_delta(b"\\u003c", b"1", False), *pieces_of("-la, then a long tail of arguments" * 3, 1), *call[at + 1 :]]
+    body = stream([*PROSE_PIECES[:20], *call, *PROSE_PIECES[:10], *escaped, "after"])
+    events = by_event(body)
+    check(RESPONSES, context(), body, [events], monkeypatch)
+    looked_at.clear()
+    start = max(n for n, event in enumerate(events) if b'"delta":">\\n"' in event) + 2  # in the second block's JSON
+    _, rewriter = rewrite(RESPONSES, context(), [*events[:start], b"".join(events[start:])], True, monkeypatch)  # (the rest one read)
+    assert rewriter.stats.calls == 2
+    assert 0 < sum(looked_at) <= len(events) - start, looked_at

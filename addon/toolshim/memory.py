@@ -28,14 +28,14 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from itertools import accumulate, count as counting, repeat
-from operator import add, getitem, is_
+from itertools import repeat
+from operator import getitem, is_
 from typing import Any
 
 import orjson
 
 from .apis import MESSAGES, RESPONSES
-from .stream import Frame, NotedEvents, string_spans
+from .stream import Frame, NotedEvents, each_string, string_spans
 
 CHAT_REASONING_FIELDS = ("reasoning_content", "reasoning", "reasoning_details")
 _CREDENTIAL_HEADERS = ("authorization", "x-api-key", "api-key", "x-goog-api-key")
@@ -308,7 +308,7 @@ class SteadyDeltas:
     string to the lists the learned one added to. A stream of tokens parses a few events in
     full, not every one: remembering a Kimi stream of 200 events (bench/e2e.py's) took 2.8 us an
     event read in full, 1.7 so. The events of a run of one frame are decoded at once, as one
-    JSON array of their strings (`_each_string`), each checked to be one string by itself: 3.1
+    JSON array of their strings (`each_string`), each checked to be one string by itself: 3.1
     -> 2.3 M instructions to remember that stream (bench/e2e.py's Kimi flow, callgrind)."""
 
     __slots__ = ("_frames",)
@@ -359,7 +359,7 @@ class SteadyDeltas:
             if line.startswith(b"data:"):
                 break  # (another event: the run ends; a line of no data is skipped)
             at += 1
-        texts = _each_string(pieces)
+        texts = each_string(pieces)
         if texts is None:  # a piece that is no string by itself: the pieces before it, then its line
             texts = []
             for piece in pieces:
@@ -402,7 +402,7 @@ def _lane_strings(bodies: list[bytes]) -> list[str]:
 def _upstream_strings(bodies: list[bytes]) -> list[str]:
     """String bodies passed as they came (a quiet lane checks their bytes, not their escapes):
     each decoded, one that is no string left out, as its event would be when read."""
-    texts = _each_string(bodies)
+    texts = each_string(bodies)
     return texts if texts is not None else [text for body in bodies if (text := _one_string(body)) is not None]
 
 
@@ -412,31 +412,6 @@ def _one_string(body: bytes) -> str | None:
         return orjson.loads(b'"' + body + b'"')
     except orjson.JSONDecodeError:
         return None
-
-
-def _each_string(bodies: list[bytes]) -> list[str] | None:
-    """Each of `bodies` decoded as a JSON string body, by one parse of them all as an array;
-    None when one of them is no string body by itself. The array holds as many strings only
-    then: a separator (`","`) is taken into a string only by an odd run of backslashes before
-    it (looked for), and a quote that a body does not escape adds a string or breaks the array."""
-    joined = b'","'.join(bodies) + b'","'
-    cut = joined.find(b'\\","')
-    separators = None
-    while cut >= 0:  # (`\",` ends many a piece of JSON: only a separator's own backslashes count)
-        if separators is None:  # where the separators begin: the bodies' lengths summed, 3 a separator
-            separators = set(map(add, accumulate(map(len, bodies)), counting(0, 3)))
-        if cut + 1 in separators:
-            before = cut
-            while before >= 0 and joined[before] == 92:
-                before -= 1
-            if (cut - before) & 1:
-                return None
-        cut = joined.find(b'\\","', cut + 1)
-    try:
-        texts = orjson.loads(b'["' + joined[:-2] + b"]")
-    except orjson.JSONDecodeError:
-        return None
-    return texts if len(texts) == len(bodies) else None
 
 
 def _chat_message_turn(message: Any) -> GivenTurn:

@@ -46,7 +46,7 @@ from .lexers import ScopeLexers
 from .native import EMPTY_ARGUMENTS, OBJECT_ARGUMENTS, ArgumentTyping
 from .lexers.base import CallArgs, CallBegin, CallEnd, ChainLexer, Lexer, ReasoningEnd, ReasoningText, Segment, Text, TextPieces
 from .sse import encode_event, parse_block, read_event
-from .stream import _CARRIED_FIELD, Contribution, Direct, EchoCheck, SseRewriter, live_path, markup_may_start, string_spans, unwind
+from .stream import _CARRIED_FIELD, Contribution, Direct, EchoCheck, SseRewriter, each_string, live_path, markup_may_start, string_spans, unwind
 from .tools import RequestContext
 
 MESSAGE, REASONING, FUNCTION_CALL = "message", "reasoning", "function_call"
@@ -1220,6 +1220,45 @@ def held_reader(lane: TextLane, core: ResponsesRewriter) -> Direct:
         rewriter._last_type = event["type"]
         return rewriter._read_in_full(raw, event, block.event, unwind(lane.path, segments))
 
+    # A chain's first stage holding a block makes nothing for its second to read: it takes the run.
+    holder = leaf.first if type(leaf) is ChainLexer else leaf
+    bulk, holding = getattr(holder, "held_bulk", None), getattr(holder, "holds_block", None)
+    if bulk is None or holding is None or steady is not None or not tail.endswith(b"\n\n"):
+        return read
+    bare_tail = tail[:-2]  # (the events of a read split at their blank lines)
+    bare_tail_size = len(bare_tail)
+
+    def run(_rewriter: ResponsesStreamRewriter, events: list[bytes], first: int) -> int:
+        """`SseRewriter._feed_read`'s events from `first` (split at their blank lines) that
+        add to the block the leaf holds, taken at once: their texts fed as one (the lexers read
+        text the same however it is cut), none sent. How many: 0, none (`read` takes the next);
+        -n, none of the next n (looked at, no run: `read` takes each)."""
+        if lane.quiet or not holding():  # (quiet: the part's lexer is idle, it holds nothing)
+            return 0
+        bodies = []
+        for raw in events[first:]:
+            # `read`'s checks, but the text's: one JSON string each is checked below, and one
+            # with a `<` (a tag may begin) ends the run
+            if not raw.startswith(head) or not raw.endswith(bare_tail):
+                break
+            stop = len(raw) - bare_tail_size  # (head and tail overlapping: no `mid` between them)
+            if number_first:
+                at = raw.find(mid, head_size, stop)
+                digits, body = raw[head_size:at], raw[at + mid_size : stop]
+            else:
+                at = raw.rfind(mid, head_size, stop)
+                digits, body = raw[at + mid_size : stop], raw[head_size:at]
+            if at < 0 or not digits.isdigit() or (digits[0] == 48 and len(digits) > 1) or 60 in body or not body:
+                break
+            bodies.append(body)
+        if len(bodies) < 2:
+            return 0
+        texts = each_string(bodies)
+        if texts is None or not bulk("".join(texts)):  # (no string alone, a `<` escaped, the cap: nothing taken)
+            return -len(bodies)
+        return len(bodies)  # (the piece that opened the block marked its item altered)
+
+    read.run = run  # type: ignore[attr-defined]
     return read
 
 

@@ -18,7 +18,11 @@ from __future__ import annotations
 import re
 
 from collections.abc import Callable
+from itertools import accumulate, count as counting
+from operator import add
 from typing import Any
+
+import orjson
 
 from .calls import RewriteStats
 from .lexers import MARKUP_STARTS
@@ -193,6 +197,31 @@ def quiet_lane(frame: Frame, echo: EchoCheck, refuse: bytes | None = None) -> Di
     lane = direct if frame.mid is None else mirrored
     lane.waits_for = echo  # type: ignore[attr-defined]
     return lane
+
+
+def each_string(bodies: list[bytes]) -> list[str] | None:
+    """Each of `bodies` decoded as a JSON string body, by one parse of them all as an array;
+    None when one of them is no string body by itself. The array holds as many strings only
+    then: a separator (`","`) is taken into a string only by an odd run of backslashes before
+    it (looked for), and a quote that a body does not escape adds a string or breaks the array."""
+    joined = b'","'.join(bodies) + b'","'
+    cut = joined.find(b'\\","')
+    separators = None
+    while cut >= 0:  # (`\",` ends many a piece of JSON: only a separator's own backslashes count)
+        if separators is None:  # where the separators begin: the bodies' lengths summed, 3 a separator
+            separators = set(map(add, accumulate(map(len, bodies)), counting(0, 3)))
+        if cut + 1 in separators:
+            before = cut
+            while before >= 0 and joined[before] == 92:
+                before -= 1
+            if (cut - before) & 1:
+                return None
+        cut = joined.find(b'\\","', cut + 1)
+    try:
+        texts = orjson.loads(b'["' + joined[:-2] + b"]")
+    except orjson.JSONDecodeError:
+        return None
+    return texts if len(texts) == len(bodies) else None
 
 
 def string_spans(raw: bytes, keys: tuple[str, ...]) -> list[tuple[int, int]] | None:
@@ -459,29 +488,73 @@ class SseRewriter:
             # fields, while the echo check is decided or idle (the lane's to check). (An empty
             # block, `\n\n\n`, makes an event that begins with a line end: no lane takes it,
             # the framer reads it.)
-            out: list[bytes] = []
-            at = 0
             events = data.split(b"\n\n")
             events.pop()  # after the last blank line: no event's end (b"" when the read ends one)
-            for event in events:
-                lane = self._gate
-                if lane is None:
-                    break
-                event += b"\n\n"
-                try:
-                    sent = lane(self, event)
-                except Exception as exc:
-                    sent = self._lane_failed(exc, event)
-                if sent is None:
-                    sent = self._framed(event)
-                    self._open_gate()
-                out += sent
-                at += len(event)
+            if getattr(lane, "run", None) is not None:
+                out, at = self._lane_runs(events)
+            else:
+                out = []
+                at = 0
+                for event in events:
+                    lane = self._gate
+                    if lane is None:
+                        break
+                    event += b"\n\n"
+                    try:
+                        sent = lane(self, event)
+                    except Exception as exc:
+                        sent = self._lane_failed(exc, event)
+                    if sent is None:
+                        sent = self._framed(event)
+                        self._open_gate()
+                    out += sent
+                    at += len(event)
             if at:
                 if at < len(data):
                     out += self._framed(data[at:])
                 return out
         return self._framed(data, True)  # (the whole read tried above, or not to be tried now)
+
+    def _lane_runs(self, events: list[bytes]) -> tuple[list[bytes], int]:
+        """`_feed_read`'s events through the lane, for a lane with a `run`, which takes a run of
+        them at once where it can (events that add to a block held whole, none sent:
+        `responses.held_reader`): what went out, and the bytes of the read taken. A run is
+        looked for where one may begin: first, and after an event that sent nothing; never again
+        among events a run refused (each is looked at once by a run at most)."""
+        out: list[bytes] = []
+        at = skip = no_run = 0
+        may_run = True
+        for n, event in enumerate(events):
+            if n < skip:
+                continue  # (taken by a run)
+            lane = self._gate
+            if lane is None:
+                break
+            if may_run and n >= no_run and (run := getattr(lane, "run", None)) is not None:
+                try:
+                    ran = run(self, events, n)
+                except Exception as exc:  # (as a lane's failure: the rest passes as it came)
+                    self.failure = exc
+                    self._direct = None
+                    break
+                if ran > 0:
+                    skip = n + ran
+                    at += sum(map(len, events[n:skip])) + 2 * ran
+                    may_run = False  # (the event after a run is no event of it)
+                    continue
+                no_run = n - ran
+            event += b"\n\n"
+            try:
+                sent = lane(self, event)
+            except Exception as exc:
+                sent = self._lane_failed(exc, event)
+            if sent is None:
+                sent = self._framed(event)
+                self._open_gate()
+            may_run = not sent
+            out += sent
+            at += len(event)
+        return out, at
 
     def _lane_direct(self, read: Direct) -> Direct:
         """A lane whose events go out otherwise than they came (`read`, the method `_on_block`
