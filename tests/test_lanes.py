@@ -709,3 +709,78 @@ def test_an_event_that_only_looks_mirrored_is_read_in_full(monkeypatch):
     for reads in (events, [b"".join(events[at : at + 8]) for at in range(0, len(events), 8)]):
         laned, _ = rewrite(CHAT, context, reads, True, monkeypatch)
         assert laned == reference
+
+
+# -- runs: a block held whole, its events in a read taken at once ---------------------------------
+
+HERMES_MODEL, CODER_MODEL = "Qwen/Qwen2.5-72B-Instruct", "Qwen/Qwen3-Coder-480B-A35B-Instruct"
+HERMES_BLOCK = '<tool_call>\n{"name": "bash", "arguments": {"command": "ls -la /usr/lib && echo done"}}\n</tool_call>\n'
+CODER_BLOCK = "<tool_call>\n<function=bash>\n<parameter=command>\nls -la /usr/lib && echo done\n</parameter>\n</function>\n</tool_call>\n"
+
+
+def two_blocks(model: str, block: str, second: list[bytes | str] | None = None) -> tuple[RequestContext, list[bytes]]:
+    """Prose, a block, prose, a second block (`second`: its pieces, a bytes one an event's data
+    as it stands), prose: once the first call is made the echo check has decided, and the lane
+    of the second block takes runs (`SseRewriter._lane_runs`)."""
+    context = RequestContext.from_body(json.dumps({"model": model, "tools": [BASH_CHAT], "stream": True}).encode())
+    pieces = [*pieces_of("Looking first. ", 1), *pieces_of(block, 2), *pieces_of("Then again. ", 3), *(second or pieces_of(block, 4)), *pieces_of("Done.", 5)]
+    events = [chat_chunk(model, {"role": "assistant", "content": ""})]
+    events += [b"data: " + piece + b"\n\n" if isinstance(piece, bytes) else chat_chunk(model, {"content": piece}) for piece in pieces]
+    return context, [*events, chat_chunk(model, {}, "stop"), b"data: [DONE]\n\n"]
+
+
+@pytest.mark.parametrize(("model", "block", "leaf", "held"), [
+    (HERMES_MODEL, HERMES_BLOCK, "JsonCallsLexer", '{"name": "bash", "arguments": {"command": "ls -la /usr/lib && echo done"}}\n'),
+    (CODER_MODEL, CODER_BLOCK, "XmlParamsLexer", "ls -la /usr/lib && echo done\n"),
+], ids=["hermes", "qwen3-coder xml"])  # fmt: skip
+def test_a_held_blocks_events_in_a_read_go_to_the_lexer_at_once(model, block, leaf, held, monkeypatch):
+    """In reads of eight, the events of the second block that its lexer holds whole (a JSON
+    value, an XML parameter's value) go to it as one text a read (`_args_run`), up to one that
+    may begin a tag (a `<`), which it reads alone: wherever the reads' ends fall, that text
+    reaches the lexer in a piece for the event that begins it and one a read after that."""
+    from toolshim.lexers import engine
+
+    kind = getattr(engine, leaf)
+    fed: list[str] = []
+    feed = kind.feed
+    monkeypatch.setattr(kind, "feed", lambda lexer, text: fed.append(text) or feed(lexer, text))
+    context, events = two_blocks(model, block)
+    check(CHAT, context, b"".join(events), [events], monkeypatch)
+    second_block = pieces_of(block, 4)
+    starts = [len("".join(second_block[:n])) for n in range(len(second_block))]
+    held_at = block.index(held)
+    held_events = sum(1 for start in starts if held_at <= start < held_at + len(held))  # (events that begin in it)
+    for shift in range(8):  # (where the reads' ends fall)
+        fed.clear()
+        reads = [b"".join(events[at : at + 8]) for at in range(shift, len(events), 8)]
+        _, rewriter = rewrite(CHAT, context, [b"".join(events[:shift]), *reads] if shift else reads, True, monkeypatch)
+        assert rewriter.stats.calls == 2
+        second = "".join(fed).rindex(held)  # the second block's held text, where the lexer was fed it
+        at = [len("".join(fed[:n])) for n in range(len(fed) + 1)]
+        first, last = max(n for n in range(len(fed)) if at[n] <= second), min(n for n in range(len(fed) + 1) if at[n] >= second + len(held))
+        # the event it begins in alone, then a piece a read (those it spans)
+        assert last - first <= 1 + 1 + -(-held_events // 8) + 1, (shift, held_events, fed[first:last])
+
+
+@pytest.mark.parametrize("model", [HERMES_MODEL, CODER_MODEL])
+def test_events_in_a_held_block_that_a_run_must_leave_to_the_lane(model, monkeypatch):
+    """In the second block, in reads of eight and in one read: strings that are no JSON string
+    alone (a bad escape, a lone surrogate, a quote escaped across two events: the two together
+    read as one), a `<` escaped (`\\u003c`, which may begin a tag), text naming the reasoning
+    field: the lane reads each of those runs event by event, as the full path does."""
+    block = HERMES_BLOCK if model == HERMES_MODEL else CODER_BLOCK
+    pieces = pieces_of(block, 4)
+    at = next(n for n, piece in enumerate(pieces) if "ls" in piece) + 1
+
+    def data(body: bytes) -> bytes:
+        return json.dumps({"id": "c", "object": "chat.completion.chunk", "created": 1, "model": model,
+                           "choices": [{"index": 0, "delta": {"content": "\x00"}, "logprobs": None, "finish_reason": None}]}).encode().replace(b"\\u0000", body)  # fmt: skip
+
+    for odd in ([b"a\\xb"], [b"\\ud83d"], [b"a\\", b'"b'], [b"x \\u003c y"], ["echo \\\"reasoning\\\" "]):
+        second = [*pieces[:at], *pieces_of("and more ", 6), *(data(piece) if isinstance(piece, bytes) else piece for piece in odd), *pieces_of("then more", 7), *pieces[at:]]
+        context, events = two_blocks(model, block, second)
+        check(CHAT, context, b"".join(events), [events], monkeypatch)
+        _, each = rewrite(CHAT, context, events, True, monkeypatch)
+        for shift in range(8):  # (the state reading each event leaves, in reads of eight)
+            _, laned = rewrite(CHAT, context, [b"".join(events[:shift]), *(b"".join(events[at : at + 8]) for at in range(shift, len(events), 8))], True, monkeypatch)
+            assert laned._reasoning_field_known is each._reasoning_field_known, (odd, shift)

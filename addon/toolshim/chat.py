@@ -10,6 +10,7 @@ metadata (`id`, `model`, `created`, ...) and the usage chunk are kept; no empty 
 from __future__ import annotations
 
 import re
+from types import FunctionType
 from typing import Any
 
 import orjson
@@ -19,7 +20,7 @@ from .lexers import ScopeLexers, reads_the_start
 from .lexers.base import CallArgs, CallBegin, CallEnd, ChainLexer, Lexer, ReasoningEnd, ReasoningText, Segment, Text
 from .native import EMPTY_ARGUMENTS, OBJECT_ARGUMENTS, ArgumentTyping, NativeCalls
 from .sse import encode_event, is_one_data_line, parse_block
-from .stream import Contribution, Frame, SecondOf, SseRewriter, guarded, live_path, markup_may_start, noting_lane, plain_body, quiet_lane, string_spans, text_may_start_markup, unwind
+from .stream import Contribution, Frame, SecondOf, SseRewriter, each_string, guarded, live_path, markup_may_start, noting_lane, plain_body, quiet_lane, string_spans, text_may_start_markup, unwind
 from .tools import RequestContext
 
 CONTENT = "content"
@@ -692,7 +693,9 @@ class ChatStreamRewriter(SseRewriter):
             # The call the lane's pieces go to, as the client numbers it, and the bytes around each.
             call = ("args", rendered.choice.get("index", 0), index) if type(index) is int else None
             laned.armed(call, head, lane.tail)
-        self._direct = self._lane_direct(type(self)._args_read)
+        holder = lane.leaf.first if lane.chained else lane.leaf
+        runs = lane.steady is None and lane.frame_mid is None and not lane.held and frame.tail[-2:] == b"\n\n" and hasattr(holder, "holds_block")
+        self._direct = self._lane_direct(type(self)._held_read if runs else type(self)._args_read)
 
     def _render_frame(self, raw: bytes, frame: Frame, choice: dict[str, Any], channel: tuple[str, ...], open_index: int | None) -> Rendered | None:
         """The output of an event of `frame` (the event just read, `raw`), rendered by the full
@@ -791,6 +794,43 @@ class ChatStreamRewriter(SseRewriter):
                 laned.append(piece)
             return [piece]
         return [*lane.before, lane.head + body + lane.tail, *lane.after]
+
+    def _args_run(self, events: list[bytes], first: int) -> int:
+        """`_args_read` for a run of `_feed_read`'s events from `first` (split at their blank
+        lines) that add to a block the leaf holds whole, none sent: their texts fed as one (the
+        lexers read text the same however it is cut). How many: 0, none (`_args_read` takes
+        the next); -n, none of the next n (looked at, no run). (`SseRewriter._lane_runs`)"""
+        lane = self._args
+        holder = lane.leaf.first if lane.chained else lane.leaf  # (a chain's first stage holding a block makes nothing for its second)
+        holding = getattr(holder, "holds_block", None)
+        if holding is None or not holding():
+            return 0
+        head, start, bare_tail = lane.frame_head, lane.start, lane.frame_tail[:-2]
+        bodies = []
+        for raw in events[first:]:
+            # `_args_read`'s frame check; one JSON string each is checked below, and one with a
+            # `<` (a tag may begin) ends the run
+            if not raw.startswith(head) or not raw.endswith(bare_tail):
+                break
+            body = raw[start : len(raw) - len(bare_tail)]
+            if not body or 60 in body:
+                break
+            bodies.append(body)
+        if len(bodies) < 2:
+            return 0
+        texts = each_string(bodies)
+        if texts is None:
+            return -len(bodies)
+        text = "".join(texts)
+        if (not self._reasoning_field_known and "reasoning" in text) or (lane.guarded and text_may_start_markup(text)) or not holder.held_bulk(text):
+            return -len(bodies)  # (`_args_read` reads them: the field named, a marker that may begin, a `<` escaped, the cap)
+        return len(bodies)
+
+    # `_args_read` under a second name, with a `run`: the lane of a block held whole (`_arm`).
+    # `_feed_read` picks its loop by the lane's `run`, so a lane that takes no runs (arguments
+    # streamed live, mirrored fields, events sent for held text) is not offered them at all.
+    _held_read = FunctionType(_args_read.__code__, _args_read.__globals__, "_held_read", _args_read.__defaults__, _args_read.__closure__)
+    _held_read.run = _args_run  # type: ignore[attr-defined]
 
     def _parse_error(self) -> dict[str, Any] | None:
         """Seed 002's error chunk: the first note of markup that did not parse as a call."""

@@ -495,7 +495,7 @@ class SseRewriter:
             else:
                 out = []
                 at = 0
-                for event in events:
+                for n, event in enumerate(events):
                     lane = self._gate
                     if lane is None:
                         break
@@ -507,6 +507,12 @@ class SseRewriter:
                     if sent is None:
                         sent = self._framed(event)
                         self._open_gate()
+                        if getattr(self._gate, "run", None) is not None:  # (a block began: its lane takes the rest)
+                            out += sent
+                            more, taken = self._lane_runs(events[n + 1 :])
+                            out += more
+                            at += len(event) + taken
+                            break
                     out += sent
                     at += len(event)
             if at:

@@ -329,6 +329,21 @@ class BlockLexer(Reporting):
             self._report(idle)
         return out
 
+    def holds_block(self) -> bool:
+        """In a block, in a state that holds any text up to a tag (`_raw_states`), nothing
+        unread: `held_bulk` may take text."""
+        return self._state in self._raw_states and not self._tail
+
+    def held_bulk(self, text: str) -> bool:
+        """Take `text` into the held block when it can neither end nor release it, as `feed`
+        takes it (which then makes no segment): True; else False, nothing taken. Every tag
+        begins with `<`; the cap is the other way out. A lane gives a run of a block's pieces
+        at once (`ChatStreamRewriter._args_run`, `responses.held_reader`)."""
+        if not self.holds_block() or "<" in text or self._size + len(text) > self._max_held:
+            return False
+        self.feed(text)
+        return True
+
     def finish(self) -> list[Segment]:
         out: list[Segment] = []
         tail, self._tail = self._tail, ""
@@ -594,18 +609,9 @@ class JsonCallsLexer(BlockLexer):
         return super().feed(text)
 
     def holds_block(self) -> bool:
-        """In a value (JSON) closed by its closer, nothing unread: `held_bulk` may take text."""
+        """In a value (JSON) closed by its closer, nothing unread: `held_bulk` may take text (in
+        the value `<` is the only way out: the closer, the next opener)."""
         return self._state == JSON and not self._tail and bool(self._body.close)
-
-    def held_bulk(self, text: str) -> bool:
-        """Take `text` into the held block when it can neither end nor release it, as `feed`
-        takes it (which then makes no segment): True; else False, nothing taken. In a value
-        closed by its closer, `<` is the only way out (the closer, the next opener), and the cap.
-        A lane gives a run of a block's pieces at once (`responses.held_reader`)."""
-        if not self.holds_block() or "<" in text or self._size + len(text) > self._max_held:
-            return False
-        self.feed(text)
-        return True
 
     def _value_closed(self, out: list[Segment], j: int) -> int:
         if not self._body.close:  # no closer: the block ends with its value
