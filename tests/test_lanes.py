@@ -62,15 +62,16 @@ def rewrite(api: str, context: RequestContext, pieces: list[bytes], lanes: bool,
 def check(api: str, context: RequestContext, body: bytes, cuts: list[list[bytes]], monkeypatch: pytest.MonkeyPatch) -> bytes:
     """The body through the full path whole, and through the lanes in each of `cuts`, whole
     and in reads of eight events: the same bytes, the same failure (none, unless the full path
-    has one too)."""
+    has one too), the same verdict of the echo check (does the client assemble otherwise?)."""
     reference, full = rewrite(api, context, [body], False, monkeypatch)
     events = by_event(body)
     bursts = [b"".join(events[at : at + 8]) for at in range(0, len(events), 8)]  # several events a read
     for pieces in [*cuts, [body], bursts]:
-        off, _ = rewrite(api, context, pieces, False, monkeypatch)
+        off, unlaned = rewrite(api, context, pieces, False, monkeypatch)
         on, laned = rewrite(api, context, pieces, True, monkeypatch)
         assert on == off == reference, (api, [len(p) for p in pieces][:20])
         assert (laned.failure is None) is (full.failure is None)
+        assert laned.changed is unlaned.changed, (api, [len(p) for p in pieces][:20])
     return reference
 
 
@@ -784,3 +785,20 @@ def test_events_in_a_held_block_that_a_run_must_leave_to_the_lane(model, monkeyp
         for shift in range(8):  # (the state reading each event leaves, in reads of eight)
             _, laned = rewrite(CHAT, context, [b"".join(events[:shift]), *(b"".join(events[at : at + 8]) for at in range(shift, len(events), 8))], True, monkeypatch)
             assert laned._reasoning_field_known is each._reasoning_field_known, (odd, shift)
+
+
+@pytest.mark.parametrize("model", [HERMES_MODEL, CODER_MODEL])
+def test_a_run_before_the_echo_check_has_decided(model, monkeypatch):
+    """The first block of a stream, held while the echo check has not decided, its events taken
+    in runs: a block that is no call (a tool not declared) goes out as the text it was, and the
+    check, which got the run's events, finds that the client assembles what upstream sent."""
+    block = (HERMES_BLOCK if model == HERMES_MODEL else CODER_BLOCK).replace("bash", "undeclared_tool")
+    context, events = two_blocks(model, block)
+    body = b"".join(events)
+    check(CHAT, context, body, [events], monkeypatch)
+    runs = []
+    run = chat_module.ChatStreamRewriter._args_run
+    monkeypatch.setattr(chat_module.ChatStreamRewriter._held_read, "run", lambda *args: runs.append(run(*args)) or runs[-1])
+    out, rewriter = rewrite(CHAT, context, [b"".join(events[at : at + 8]) for at in range(0, len(events), 8)], True, monkeypatch)
+    assert rewriter.stats.calls == 0 and max(runs) > 2
+    assert not rewriter.changed

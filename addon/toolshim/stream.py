@@ -582,6 +582,22 @@ class SseRewriter:
             return out
 
         checked.lane = read  # type: ignore[attr-defined]
+        run = getattr(read, "run", None)
+        if run is not None:
+
+            def checked_run(rewriter: SseRewriter, events: list[bytes], first: int) -> int:
+                # A run sends nothing: the check gets its events, as `checked` gets each (held
+                # bytes past `MAX_UNSENT` read into the assembly once after the run, not within).
+                ran = run(rewriter, events, first)
+                if ran > 0:
+                    echo = rewriter._echo
+                    echo.took(b"\n\n".join(events[first : first + ran]) + b"\n\n")
+                    echo.gave([])
+                    if echo.changed and getattr(rewriter._direct_lane, "lane", None) is read:
+                        rewriter._direct = read
+                return ran
+
+            checked.run = checked_run  # type: ignore[attr-defined]
         return checked
 
     def _framed(self, data: bytes, whole_tried: bool = False) -> list[bytes]:
