@@ -495,7 +495,7 @@ class SseRewriter:
             else:
                 out = []
                 at = 0
-                for n, event in enumerate(events):
+                for event in events:
                     lane = self._gate
                     if lane is None:
                         break
@@ -509,9 +509,12 @@ class SseRewriter:
                         self._open_gate()
                         if getattr(self._gate, "run", None) is not None:  # (a block began: its lane takes the rest)
                             out += sent
-                            more, taken = self._lane_runs(events[n + 1 :])
+                            at += len(event)
+                            rest = data[at:].split(b"\n\n")
+                            rest.pop()
+                            more, taken = self._lane_runs(rest)
                             out += more
-                            at += len(event) + taken
+                            at += taken
                             break
                     out += sent
                     at += len(event)
