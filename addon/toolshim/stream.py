@@ -527,7 +527,8 @@ class SseRewriter:
     def _lane_runs(self, events: list[bytes]) -> tuple[list[bytes], int]:
         """`_feed_read`'s events through the lane, for a lane with a `run`, which takes a run of
         them at once where it can (events that add to a block held whole, none sent:
-        `responses.held_reader`): what went out, and the bytes of the read taken. A run is
+        `responses.held_reader`, `ChatStreamRewriter._args_run`): what went out, and the bytes
+        of the read taken. A run is
         looked for where one may begin: first, and after an event that sent nothing; never again
         among events a run refused (each is looked at once by a run at most)."""
         out: list[bytes] = []
