@@ -7,6 +7,7 @@ import json
 
 import httpx
 import pydantic
+import pytest
 from openai.types.responses import ResponseStreamEvent
 
 from harness import ScriptedUpstream, chat_completion, sse_body
@@ -125,3 +126,67 @@ def test_chat_json_gets_sentinel_tool_calls(upstream, openai_client, unique_mode
     assert message.content is None
     assert [c.function.name for c in message.tool_calls] == ["get_weather"]
     assert completion.choices[0].finish_reason == "tool_calls"
+
+
+def token_pieces(text: str) -> list[str]:
+    """`text` in 1-4 character tokens (the same cut every run)."""
+    pieces, at = [], 0
+    while at < len(text):
+        size = 1 + (at * 7 + 3) % 4
+        pieces.append(text[at : at + size])
+        at += size
+    return pieces
+
+
+CITIES = ('Paris "Ville Lumière" \\ 75001, a long name to stream', "São Paulo <br> and more text after the tag in the value")
+
+
+def two_blocks_text(coder: bool) -> str:
+    if coder:
+        blocks = [f"<tool_call>\n<function=get_weather>\n<parameter=city>\n{city}\n</parameter>\n</function>\n</tool_call>" for city in CITIES]
+    else:
+        blocks = [f"<tool_call>\n{json.dumps({'name': 'get_weather', 'arguments': {'city': city}}, ensure_ascii=False)}\n</tool_call>" for city in CITIES]
+    return f"Let me check both.\n{blocks[0]}\nAnd the second one.\n{blocks[1]}"
+
+
+def in_writes_of_eight(events: list[bytes]) -> list[bytes]:
+    return [b"".join(events[at : at + 8]) for at in range(0, len(events), 8)]
+
+
+@pytest.mark.parametrize("coder", [False, True], ids=["hermes", "qwen3-coder xml"])
+def test_blocks_held_whole_eight_events_a_read_chat(coder, upstream: ScriptedUpstream, openai_client, unique_model):
+    """Two blocks in 1-4 character tokens, eight events a network write (a fast upstream): each
+    block's events in a read go to its lexer as one text (the held lane's runs; a piece with a
+    `<` in the value read alone); the SDK assembles both calls exactly and the prose around them."""
+    model = ("Qwen3-Coder-30B-" if coder else "") + unique_model
+    chunks = [chat_chunk_dict(model, {"role": "assistant", "content": ""})]
+    chunks += [chat_chunk_dict(model, {"content": piece}) for piece in token_pieces(two_blocks_text(coder))]
+    events = [sse_body([chunk], done=False) for chunk in chunks] + [sse_body([chat_chunk_dict(model, {}, "stop")])]
+    upstream.add(model, chunks=in_writes_of_eight(events), delay=0.002)
+    with openai_client.chat.completions.stream(model=model, messages=[{"role": "user", "content": "Weather?"}], tools=[CHAT_WEATHER]) as stream:
+        choice = stream.get_final_completion().choices[0]
+    assert [json.loads(call.function.arguments) for call in choice.message.tool_calls] == [{"city": city} for city in CITIES]
+    assert [call.function.name for call in choice.message.tool_calls] == ["get_weather", "get_weather"]
+    assert choice.message.content.split() == "Let me check both. And the second one.".split()
+    assert choice.finish_reason == "tool_calls"
+
+
+def test_blocks_held_whole_eight_events_a_read_responses(upstream: ScriptedUpstream, openai_client, unique_model):
+    """The same on the Responses API (a Qwen model: `<tool_call>` is its first dialect, whose
+    lexer holds the block; an unknown model's chain of dialects is read event by event): every
+    event one of the SDK's, both calls' arguments exact."""
+    model = "Qwen2.5-72B-Instruct-" + unique_model
+    events = number_events(responses_events(model, token_pieces(two_blocks_text(False)), tools=[WEATHER]))
+    upstream.add(model, headers={"content-type": "text/event-stream"}, chunks=in_writes_of_eight([responses_sse([event]) for event in events]), delay=0.002)
+    with openai_client.responses.stream(model=model, input="Weather?", tools=[WEATHER]) as stream:
+        for event in stream:
+            EVENTS.validate_python(event.model_dump(mode="json", exclude_unset=True, warnings=False), strict=True)
+        final = stream.get_final_response()
+    calls = [item for item in final.output if item.type == "function_call"]
+    assert [json.loads(call.arguments) for call in calls] == [{"city": city} for city in CITIES]
+    assert [item.type for item in final.output] == ["message", "function_call", "message", "function_call"]
+
+
+def chat_chunk_dict(model: str, delta: dict, finish: str | None = None) -> dict:
+    return {"id": "chatcmpl-e2e", "object": "chat.completion.chunk", "created": 1, "model": model,
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}  # fmt: skip
