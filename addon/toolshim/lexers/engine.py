@@ -589,23 +589,21 @@ class JsonCallsLexer(BlockLexer):
             # Python step per quote and bracket): text that cannot end its string, or, with no
             # escape and no `<` (the scanner's one stop), text whose quotes only switch strings
             # on and off and whose closers cannot close the value (fewer than it is deep).
-            if scanner.in_string and '"' not in text:
-                self._raw.append(text)
-                self._size += len(text)
-                self.examined += len(text)
-                return []
-            if scanner.depth and "<" not in text:
+            if not scanner.in_string or '"' in text:
+                if not scanner.depth or "<" in text:
+                    return super().feed(text)
                 parts = text.split('"')
                 outside = "".join(parts[scanner.in_string :: 2])  # (in a string, the first part is the string's)
                 closes = outside.count("}") + outside.count("]")
-                if closes < scanner.depth:
-                    scanner.depth += outside.count("{") + outside.count("[") - closes
-                    if not len(parts) & 1:  # an odd number of quotes
-                        scanner.in_string = not scanner.in_string
-                    self._raw.append(text)
-                    self._size += len(text)
-                    self.examined += len(text)
-                    return []
+                if closes >= scanner.depth:
+                    return super().feed(text)
+                scanner.depth += outside.count("{") + outside.count("[") - closes
+                if not len(parts) & 1:  # an odd number of quotes
+                    scanner.in_string = not scanner.in_string
+            self._raw.append(text)
+            self._size += len(text)
+            self.examined += len(text)
+            return []
         return super().feed(text)
 
     def holds_block(self) -> bool:
