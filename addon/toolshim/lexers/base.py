@@ -178,6 +178,12 @@ def find_marker(buf: str, start: int, markers: tuple[Marker, ...], final: bool) 
         i = found.start()
 
 
+def marker_beginnings(markers: tuple[Marker, ...]) -> frozenset[str]:
+    """Every proper beginning of one of `markers`: text that `find_marker` holds when it is all
+    that is left at a place where a marker may begin (the first character of one)."""
+    return _marker_table(markers).beginnings
+
+
 def is_marker_fragment(tail: str, markers: tuple[Marker, ...]) -> bool:
     """True when `tail` is a proper beginning of some marker (and at least two characters)."""
     return len(tail) >= 2 and any(m.text.startswith(tail) and m.text != tail for m in markers)
@@ -187,6 +193,13 @@ def is_marker_fragment(tail: str, markers: tuple[Marker, ...]) -> bool:
 
 MORE, STOP, CLOSED, WAIT = "more", "stop", "closed", "wait"
 _STRING_STOP = re.compile(r'["\\]')
+
+
+@lru_cache(maxsize=None)
+def _value_stop(stops: str) -> re.Pattern[str]:
+    """What `JsonScanner` stops at outside strings (made once a set of stops: a block's scanner
+    is made anew for each block)."""
+    return re.compile("[" + re.escape("{}[]\"" + stops) + "]")
 
 
 class JsonScanner:
@@ -202,7 +215,7 @@ class JsonScanner:
 
     def __init__(self, stops: str = "") -> None:
         self._stops = stops
-        self._value_stop = re.compile("[" + re.escape("{}[]\"" + stops) + "]")
+        self._value_stop = _value_stop(stops)
         self.reset()
 
     def reset(self) -> None:

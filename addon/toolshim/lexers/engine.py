@@ -33,7 +33,7 @@ from typing import Any, NamedTuple
 from ..calls import INVALID_JSON, UNKNOWN_NAME, CallScope
 from ..judge import Calls, NotACall, ToolCallJudge, call_entries, judge_call, judge_entries, pythonic_entries
 from ..schema import _properties, coerce_value, compact_json
-from .base import CLOSED, MORE, STOP, WAIT, CallArgs, CallBegin, CallEnd, JsonScanner, Marker, Reporting, Segment, Text, TextPieces, excerpt, find_marker
+from .base import CLOSED, MORE, STOP, WAIT, CallArgs, CallBegin, CallEnd, JsonScanner, Marker, Reporting, Segment, Text, TextPieces, excerpt, find_marker, marker_beginnings
 
 TEXT, AFTER = "text", "after"
 MAX_NAME = 256  # a function, parameter or key name longer than this is not a name
@@ -149,7 +149,7 @@ def _lexer_class(spec: Spec) -> type[BlockLexer]:
     grammar = kind._grammar(spec.body)
     grammar["_steps"] = {AFTER: kind._step_after, **grammar["_steps"]}
     grammar["_raw_states"] = tuple(state for state, step in grammar["_steps"].items() if getattr(step, "raw", False))
-    grammar |= {"_body": spec.body, "_opens": spec.opens, "_opens_by_text": {m.text: m for m in spec.opens}}
+    grammar |= {"_body": spec.body, "_opens": spec.opens, "_opens_by_text": {m.text: m for m in spec.opens}, "_opens_beginnings": marker_beginnings(spec.opens)}
     return type(f"{kind.__name__}[{spec.name}]", (kind,), grammar)
 
 
@@ -257,6 +257,7 @@ class BlockLexer(Reporting):
     _body: Body
     _opens: tuple[Marker, ...]
     _opens_by_text: dict[str, Marker]
+    _opens_beginnings: frozenset[str]  # what TEXT holds when it is all the text left (`find_marker`)
     _steps: dict[str, Step]
     _raw_states: tuple[str, ...]  # the states whose step holds any text up to a tag (`_at_tag(raw=True)`)
 
@@ -321,6 +322,15 @@ class BlockLexer(Reporting):
         if self._state in self._raw_states and not self._tail and "<" not in text and self._size + len(text) <= self._max_held:
             self._take(text, 0, len(text))  # (as the state's step holds text with no tag: each begins with `<`)
             return []
+        if self._tail and self._state == TEXT and (buf := self._tail + text) in self._opens_beginnings:
+            # A marker's beginning held, and with this piece still one (a tag in token-sized
+            # pieces): held, as `find_marker` holds it; nothing else changes.
+            self._tail = buf
+            return []
+        return self._read(text)
+
+    def _read(self, text: str) -> list[Segment]:
+        """`feed` by the steps, whatever the state (what its shortcuts take as they would)."""
         out: list[Segment] = []
         buf, self._tail = self._tail + text, ""
         self._run(buf, out, final=False)
@@ -345,6 +355,17 @@ class BlockLexer(Reporting):
         return True
 
     def finish(self) -> list[Segment]:
+        if self.idle and self._initial == TEXT:
+            # Nothing held: nothing to release, and the state is the one the text begins in but
+            # for two marks of the last block, cleared as `_reset` clears them (a chain finishes
+            # its idle second stage before each segment of a call of its first: three a call).
+            self._trailers = ()
+            self._section = ""
+            return []
+        return self._finish_all()
+
+    def _finish_all(self) -> list[Segment]:
+        """`finish`, whatever the lexer holds."""
         out: list[Segment] = []
         tail, self._tail = self._tail, ""
         if self._state == TEXT:
@@ -576,7 +597,13 @@ class JsonCallsLexer(BlockLexer):
     @classmethod
     def _grammar(cls, b: JsonCalls) -> dict[str, Any]:
         tags = tuple(tag for tag in (b.close, b.open) if tag)
-        return {"_steps": {OPEN: _opener("{[", JSON, mark=False), JSON: _follow("_scanner", tags, cls._value_closed, cls._tag_read)}}
+        # (What JSON's step holds of a tag cut short, with the look-ahead it counts: `JsonCallsLexer.feed`.)
+        beginnings = {tag[:n] for tag in tags for n in range(1, len(tag))}
+        return {
+            "_steps": {OPEN: _opener("{[", JSON, mark=False), JSON: _follow("_scanner", tags, cls._value_closed, cls._tag_read)},
+            "_tag_beginnings": frozenset(p for p in beginnings if not any(p.startswith(tag) for tag in tags)),
+            "_tag_lookahead": len(tags[0]),
+        }
 
     def _reset_body(self) -> None:
         self._scanner = JsonScanner(stops="<")
@@ -603,6 +630,12 @@ class JsonCallsLexer(BlockLexer):
             self._raw.append(text)
             self._size += len(text)
             self.examined += len(text)
+            return []
+        if self._tail and self._state == JSON and (buf := self._tail + text) in self._tag_beginnings:
+            # A tag cut short (the closer in token-sized pieces), still cut short: held, as JSON's
+            # step holds it, which counts a look-ahead of the first tag's length.
+            self.examined += min(self._tag_lookahead, len(buf))
+            self._tail = buf
             return []
         return super().feed(text)
 

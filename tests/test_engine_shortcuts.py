@@ -1,0 +1,168 @@
+"""The dialect engine's shortcuts read text exactly as its generic steps do.
+
+`BlockLexer.feed` holds a marker's beginning that a piece extends into a longer beginning
+without running the steps (a tag in token-sized pieces), `JsonCallsLexer.feed` does the same for
+a tag cut short inside a JSON block (the closer in pieces), and `BlockLexer.finish` returns at
+once when the lexer is idle (a chain finishes its idle second stage before every segment of a
+call). Here they are all switched off (every piece read by the steps, `finish` the full one; the
+JSON lexer's bulk too) and every dialect's random texts are read both ways, in token-sized
+pieces and in the fuzz cases' own: the same segments, the same idle answer after every piece,
+the same calls and notes.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+
+import pytest
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+
+import toolshim.calls as calls_module
+from test_fuzz import TOOLS as FUZZ_TOOLS
+from test_fuzz import dialect_text, lexer_case
+from toolshim.calls import CallScope, RewriteStats
+from toolshim.lexers import DIALECT_NAMES, ScopeLexers
+from toolshim.lexers import specs
+from toolshim.lexers.base import CallBegin, JsonScanner, Text, TextPieces
+from toolshim.lexers.engine import BlockLexer, JsonCallsLexer, Spec
+from toolshim.lexers.engine import lexer as engine_lexer
+from toolshim.lexers.specs import LLAMA
+from toolshim.tools import RequestContext, ToolSpec
+
+SPECS = [value for value in vars(specs).values() if isinstance(value, Spec)]
+
+
+def read(case: dict, pieces: list[str]) -> tuple[list, list[bool], dict, list]:
+    """Segments and the idle answer after each piece, then the finish; minted ids counted."""
+    counter = itertools.count()
+    original = calls_module.random_id
+    calls_module.random_id = lambda prefix, length=24: f"{prefix}{next(counter):0{length}d}"
+    try:
+        stats = RewriteStats()
+        lexer = ScopeLexers(CallScope(copy.deepcopy(case["context"]), stats), max_held=case["max_held"]).new_lexer(reasoning=case["reasoning"])
+        segments, idle = [], []
+        for piece in pieces:
+            segments.append(lexer.feed(piece))
+            idle.append(lexer.idle)
+        segments.append(lexer.finish())
+        idle.append(lexer.idle)
+    finally:
+        calls_module.random_id = original
+    return segments, idle, dict(stats.dialect_calls), list(stats.notes)
+
+
+def by_the_steps(self: BlockLexer, text: str) -> list:
+    """`feed` without a shortcut: every piece read by the steps."""
+    return ([Text(text)] if text else []) if self._pass_through else self._read(text)
+
+
+def shortcuts_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(BlockLexer, "feed", by_the_steps)
+    monkeypatch.setattr(JsonCallsLexer, "feed", by_the_steps)  # (its bulk too)
+    monkeypatch.setattr(BlockLexer, "finish", BlockLexer._finish_all)
+
+
+def token_sized(text: str, sizes: list[int]) -> list[str]:
+    pieces, at = [], 0
+    for size in itertools.cycle(sizes):
+        if at >= len(text):
+            return pieces
+        pieces.append(text[at : at + size])
+        at += size
+    raise AssertionError  # (unreachable: the cycle is endless)
+
+
+@pytest.mark.parametrize("forced", [*DIALECT_NAMES, "all"])
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(data=st.data())
+def test_the_shortcuts_read_as_the_generic_steps(forced, data):
+    case = data.draw(lexer_case(forced, new=True))
+    sizes = data.draw(st.lists(st.integers(1, 4), min_size=1, max_size=12))
+    splits = [case["pieces"], token_sized(case["text"], sizes)]
+    fast = [read(case, pieces) for pieces in splits]
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        shortcuts_off(monkeypatch)
+        generic = [read(case, pieces) for pieces in splits]
+    assert fast == generic
+
+
+def test_the_shortcuts_are_taken():
+    """The switch above switches something: with the shortcuts, a Hermes block whose tags come
+    two characters a piece runs the generic steps for fewer pieces, and finishes fewer lexers
+    in full (counted)."""
+    case = {
+        "context": RequestContext(tools={"bash": ToolSpec("bash", {"type": "object"})}, model="Qwen/Qwen2.5-72B-Instruct"),  # (its dialects: a chain)
+        "max_held": 1 << 20,
+        "reasoning": False,
+    }
+    text = 'Let me look. <tool_call>{"name": "bash", "arguments": {"command": "ls"}}</tool_call> done'
+    pieces = token_sized(text, [2])
+
+    def counted(shortcuts: bool) -> tuple[int, int]:
+        runs, finishes = [0], [0]
+        run, finish_all = BlockLexer._run, BlockLexer._finish_all
+
+        def counting_run(self, *args, **kwargs):
+            runs[0] += 1
+            return run(self, *args, **kwargs)
+
+        def counting_finish_all(self):
+            finishes[0] += 1
+            return finish_all(self)
+
+        with pytest.MonkeyPatch.context() as monkeypatch:
+            if not shortcuts:
+                shortcuts_off(monkeypatch)
+            monkeypatch.setattr(BlockLexer, "_run", counting_run)
+            monkeypatch.setattr(BlockLexer, "_finish_all", counting_finish_all)
+            if not shortcuts:
+                monkeypatch.setattr(BlockLexer, "finish", counting_finish_all)
+            segments, _, calls, _ = read(case, pieces)
+        assert calls == {"hermes": 1}
+        assert [seg.name for piece in segments for seg in piece if type(seg) is CallBegin] == ["bash"]
+        return runs[0], finishes[0]
+
+    (fast_runs, fast_finishes), (runs, finishes) = counted(True), counted(False)
+    assert fast_runs <= runs - 8, (fast_runs, runs)  # `<tool_call>` and `</tool_call>`: 5 and 6 pieces, 4 and 5 held
+    assert fast_finishes <= finishes - 3, (fast_finishes, finishes)  # the call's three segments
+
+
+def lexer_state(lexer: BlockLexer) -> dict:
+    """What a lexer holds, by value (the held text's pieces by their text, the scanner by its
+    fields; its scope and judge, shared and unchanged by `finish`, left out)."""
+    state = {}
+    for key, value in vars(lexer).items():
+        if key in ("_scope", "judge", "watcher"):
+            continue
+        if isinstance(value, TextPieces):
+            value = value.text()
+        elif isinstance(value, JsonScanner):
+            value = (value.depth, value.in_string, value.escape, value._stops)
+        state[key] = value
+    return state
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=[spec.name for spec in SPECS])
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_finishing_an_idle_lexer_leaves_what_the_full_finish_leaves(spec, data):
+    """At every point where a lexer of each engine dialect is idle, `finish` returns nothing and
+    leaves the lexer as the full finish does (Llama's also as the lexer that reads bare JSON at
+    the start of its text: a finish begins a new text)."""
+    text = data.draw(dialect_text([spec.name, spec.name, "think"], new=True))
+    sizes = data.draw(st.lists(st.integers(1, 4), min_size=1, max_size=8))
+    options = {"bare_json": data.draw(st.booleans())} if spec is LLAMA else {}
+    scope = CallScope(RequestContext(tools=dict(FUZZ_TOOLS), model="m"), RewriteStats())
+    reading = engine_lexer(spec, scope, **options)
+    idle_points = 0
+    for piece in token_sized(text, sizes):
+        reading.feed(piece)
+        if reading.idle:
+            idle_points += 1
+            shared = {id(scope): scope, id(reading.judge): reading.judge}  # (what `finish` does not touch: not copied)
+            fast, full = copy.deepcopy(reading, dict(shared)), copy.deepcopy(reading, dict(shared))
+            assert fast.finish() == full._finish_all() == []
+            assert lexer_state(fast) == lexer_state(full)
+    event(f"idle points: {min(idle_points, 3)}")
