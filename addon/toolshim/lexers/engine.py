@@ -159,12 +159,22 @@ Step = Callable[[Any, str, int, int, list[Segment]], "int | None"]  # (the lexer
 Then = Callable[[Any, str, int, Any, list[Segment]], "int | None"]  # what a step makes of `buf[j]`, a tag found there
 
 
+def tag_beginnings(tags: Collection[str]) -> frozenset[str]:
+    """The text `match_tag` finds cut short when it is all that is left: every proper beginning of
+    a tag of `tags` that holds none of them whole."""
+    beginnings = {tag[:n] for tag in tags for n in range(1, len(tag))}
+    return frozenset(p for p in beginnings if not any(p.startswith(tag) for tag in tags))
+
+
 def _at_tag(tags: Collection[str], then: Then, raw: bool = False) -> Step:
     """A BLOCK step: hold whitespace (`raw`: any text), then `then` with a tag of `tags` or None."""
+    beginnings = tag_beginnings(tags)
 
     def step(self: BlockLexer, buf: str, i: int, limit: int, out: list[Segment]) -> int | None:
         j, tag = (self._scan_to_tag if raw else self._tag_after_ws)(buf, i, limit, tags)
-        return self._wait(buf, j, limit, out) if tag is _PARTIAL else then(self, buf, j, tag, out)
+        if tag is not _PARTIAL:
+            return then(self, buf, j, tag, out)
+        return self._wait(buf, j, limit, out, beginnings)  # (held: `BlockLexer.feed` holds it again while it stays cut short)
 
     step.raw = raw  # type: ignore[attr-defined]  # (`BlockLexer.feed` holds text with no tag in such a state itself)
     return step
@@ -257,7 +267,8 @@ class BlockLexer(Reporting):
     _body: Body
     _opens: tuple[Marker, ...]
     _opens_by_text: dict[str, Marker]
-    _opens_beginnings: frozenset[str]  # what TEXT holds when it is all the text left (`find_marker`)
+    _opens_beginnings: frozenset[str]  # what TEXT holds unread when it is all the text left (`find_marker`)
+    _held_for: frozenset[str] | None = None  # what the step that held the tail holds of it again (`_hold`)
     _steps: dict[str, Step]
     _raw_states: tuple[str, ...]  # the states whose step holds any text up to a tag (`_at_tag(raw=True)`)
 
@@ -322,9 +333,11 @@ class BlockLexer(Reporting):
         if self._state in self._raw_states and not self._tail and "<" not in text and self._size + len(text) <= self._max_held:
             self._take(text, 0, len(text))  # (as the state's step holds text with no tag: each begins with `<`)
             return []
-        if self._tail and self._state == TEXT and (buf := self._tail + text) in self._opens_beginnings:
-            # A marker's beginning held, and with this piece still one (a tag in token-sized
-            # pieces): held, as `find_marker` holds it; nothing else changes.
+        if self._tail and (held_for := self._held_for) is not None and (buf := self._tail + text) in held_for and self._size + len(buf) <= self._max_held:
+            # A tag cut short, held, and with this piece still cut short (a tag in token-sized
+            # pieces): held again without the steps, as the step that held it holds it (a
+            # marker's beginning in TEXT, a tag's in a block: `_hold`; within the cap, past
+            # which a block's step releases it).
             self._tail = buf
             return []
         return self._read(text)
@@ -400,7 +413,7 @@ class BlockLexer(Reporting):
             return None
         self._take_text(buf[pos : match.pos], out, before_tag=True)
         if match.marker is None:
-            return self._hold(buf, match.pos)
+            return self._hold(buf, match.pos, self._opens_beginnings)
         self._block_pad, self._pad = self._pad, ""
         return self._open(buf, match.pos, match.marker)
 
@@ -477,15 +490,18 @@ class BlockLexer(Reporting):
         self._name += buf[i:j]
         return j, True
 
-    def _hold(self, buf: str, j: int) -> None:
-        """`buf[j:]` is kept unread: the next piece decides (None: the step waits for it)."""
+    def _hold(self, buf: str, j: int, held_for: frozenset[str] | None = None) -> None:
+        """`buf[j:]` is kept unread: the next piece decides (None: the step waits for it).
+        `held_for`: the text the step holds again, unread, when it is all that is left (a tag
+        cut short: `tag_beginnings`); `feed` holds a piece that leaves the tail one of them."""
         self._tail = buf[j:]
+        self._held_for = held_for
 
-    def _wait(self, buf: str, j: int, limit: int, out: list[Segment]) -> int | None:
+    def _wait(self, buf: str, j: int, limit: int, out: list[Segment], held_for: frozenset[str] | None = None) -> int | None:
         """More text is needed from `j` on; past the cap there is none to wait for."""
         if limit < len(buf):  # what would decide lies beyond `max_held`: the block is text
             return self._release(out, limit, buf[j:limit])
-        return self._hold(buf, j)
+        return self._hold(buf, j, held_for)
 
     def _room(self, pos: int, n: int) -> int:
         return min(n, pos + max(0, self._max_held - self._size) + 1)
@@ -598,10 +614,9 @@ class JsonCallsLexer(BlockLexer):
     def _grammar(cls, b: JsonCalls) -> dict[str, Any]:
         tags = tuple(tag for tag in (b.close, b.open) if tag)
         # (What JSON's step holds of a tag cut short, with the look-ahead it counts: `JsonCallsLexer.feed`.)
-        beginnings = {tag[:n] for tag in tags for n in range(1, len(tag))}
         return {
             "_steps": {OPEN: _opener("{[", JSON, mark=False), JSON: _follow("_scanner", tags, cls._value_closed, cls._tag_read)},
-            "_tag_beginnings": frozenset(p for p in beginnings if not any(p.startswith(tag) for tag in tags)),
+            "_tag_beginnings": tag_beginnings(tags),
             "_tag_lookahead": len(tags[0]),
         }
 
