@@ -59,8 +59,13 @@ def by_the_steps(self: BlockLexer, text: str) -> list:
 
 
 def shortcuts_off(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(BlockLexer, "feed", by_the_steps)
-    monkeypatch.setattr(JsonCallsLexer, "feed", by_the_steps)  # (its bulk too)
+    """Every `feed` of the engine's lexers made the steps' (JSON's bulk too), `finish` the full one."""
+    kinds = [BlockLexer]
+    for kind in kinds:
+        kinds += kind.__subclasses__()
+        if "feed" in vars(kind):
+            monkeypatch.setattr(kind, "feed", by_the_steps)
+    assert JsonCallsLexer in kinds
     monkeypatch.setattr(BlockLexer, "finish", BlockLexer._finish_all)
 
 
