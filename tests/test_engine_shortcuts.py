@@ -1,13 +1,13 @@
 """The dialect engine's shortcuts read text exactly as its generic steps do.
 
-`BlockLexer.feed` holds a marker's beginning that a piece extends into a longer beginning
-without running the steps (a tag in token-sized pieces), `JsonCallsLexer.feed` does the same for
-a tag cut short inside a JSON block (the closer in pieces), and `BlockLexer.finish` returns at
-once when the lexer is idle (a chain finishes its idle second stage before every segment of a
-call). Here they are all switched off (every piece read by the steps, `finish` the full one; the
-JSON lexer's bulk too) and every dialect's random texts are read both ways, in token-sized
-pieces and in the fuzz cases' own: the same segments, the same idle answer after every piece,
-the same calls and notes.
+`BlockLexer.feed` holds a marker's or tag's beginning that a piece extends into a longer
+beginning without running the steps (a tag in token-sized pieces: an opener in text, a tag a
+block's step holds, the closer inside a JSON block), counting the look-ahead the step would
+count, and `BlockLexer.finish` returns at once when the lexer is idle (a chain finishes its idle
+second stage before every segment of a call). Here they are all switched off (every piece read
+by the steps, `finish` the full one; the JSON lexer's bulk too) and every dialect's random texts
+are read both ways, in token-sized pieces and in the fuzz cases' own: the same segments, the
+same idle answer after every piece, the same calls and notes, the same characters examined.
 """
 
 from __future__ import annotations
@@ -34,11 +34,19 @@ from toolshim.tools import RequestContext, ToolSpec
 SPECS = [value for value in vars(specs).values() if isinstance(value, Spec)]
 
 
-def read(case: dict, pieces: list[str]) -> tuple[list, list[bool], dict, list]:
-    """Segments and the idle answer after each piece, then the finish; minted ids counted."""
+def read(case: dict, pieces: list[str]) -> tuple[list, list[bool], dict, list, list[int]]:
+    """Segments and the idle answer after each piece, then the finish; minted ids counted; the
+    characters each engine lexer made examined (the work the complexity guards count)."""
     counter = itertools.count()
-    original = calls_module.random_id
+    original, init = calls_module.random_id, BlockLexer.__init__
+    made: list[BlockLexer] = []
+
+    def recording_init(self, *args, **kwargs) -> None:
+        init(self, *args, **kwargs)
+        made.append(self)
+
     calls_module.random_id = lambda prefix, length=24: f"{prefix}{next(counter):0{length}d}"
+    BlockLexer.__init__ = recording_init
     try:
         stats = RewriteStats()
         lexer = ScopeLexers(CallScope(copy.deepcopy(case["context"]), stats), max_held=case["max_held"]).new_lexer(reasoning=case["reasoning"])
@@ -49,8 +57,8 @@ def read(case: dict, pieces: list[str]) -> tuple[list, list[bool], dict, list]:
         segments.append(lexer.finish())
         idle.append(lexer.idle)
     finally:
-        calls_module.random_id = original
-    return segments, idle, dict(stats.dialect_calls), list(stats.notes)
+        calls_module.random_id, BlockLexer.__init__ = original, init
+    return segments, idle, dict(stats.dialect_calls), list(stats.notes), [lexer.examined for lexer in made]
 
 
 def by_the_steps(self: BlockLexer, text: str) -> list:
@@ -132,7 +140,7 @@ def test_the_shortcuts_are_taken(model, text, held):
                 monkeypatch.setattr(BlockLexer, "finish", counting_finish_all)
             monkeypatch.setattr(BlockLexer, "_read", counting_read)
             monkeypatch.setattr(BlockLexer, "_finish_all", counting_finish_all)
-            segments, _, calls, _ = read(case, pieces)
+            segments, _, calls, _, _ = read(case, pieces)
         assert sum(calls.values()) == 1
         assert [seg.name for piece in segments for seg in piece if type(seg) is CallBegin] == ["bash"]
         return held_again[0], finishes[0]

@@ -225,7 +225,12 @@ def _opener(first: str, state: str, mark: bool = True) -> Step:
 def _follow(scanner: str, cut_by: tuple[str, ...], closed: Callable[..., int], cut: Any = None) -> Step:
     """A LIVE step: the lexer's `scanner` (`JsonScanner`'s contract) follows a value from where
     the last piece stopped; `closed(lexer, out, end)` when it closes. A tag of `cut_by` outside its
-    strings is `cut(lexer, out, at, tag)`, by default a value cut short: released, TEXT reads it."""
+    strings is `cut(lexer, out, at, tag)`, by default a value cut short: released, TEXT reads it.
+    A tag of `cut_by` cut short at the scanner's stop is held with what the step holds again (its
+    beginnings) and the look-ahead the step counts for it in `examined`, one of the first tag's
+    length: `BlockLexer.feed` holds a piece that leaves it cut short, and counts that look-ahead."""
+    beginnings = tag_beginnings(cut_by)
+    lookahead = len(cut_by[0])
 
     def step(self: BlockLexer, buf: str, pos: int, limit: int, out: list[Segment]) -> int | None:
         limit = self._room(pos, len(buf))
@@ -242,7 +247,7 @@ def _follow(scanner: str, cut_by: tuple[str, ...], closed: Callable[..., int], c
                 self.examined += min(len(cut_by[0]), len(buf) - j)
             tag = _PARTIAL if what is WAIT else self._tag(buf, j, cut_by)
             if tag is _PARTIAL:  # more text is needed to read `buf[j:]`
-                return self._hold(buf, j)
+                return self._hold(buf, j) if what is WAIT else self._hold(buf, j, beginnings, lookahead)
             if tag is not None:
                 return cut(self, out, j, tag) if cut else self._release(out, j)
             follow.take(buf[j])
@@ -269,6 +274,7 @@ class BlockLexer(Reporting):
     _opens_by_text: dict[str, Marker]
     _opens_beginnings: frozenset[str]  # what TEXT holds unread when it is all the text left (`find_marker`)
     _held_for: frozenset[str] | None = None  # what the step that held the tail holds of it again (`_hold`)
+    _held_lookahead = 0  # and the look-ahead it counts in `examined` when it does
     _steps: dict[str, Step]
     _raw_states: tuple[str, ...]  # the states whose step holds any text up to a tag (`_at_tag(raw=True)`)
 
@@ -339,6 +345,8 @@ class BlockLexer(Reporting):
             # marker's beginning in TEXT, a tag's in a block: `_hold`; within the cap, past
             # which a block's step releases it).
             self._tail = buf
+            if self._held_lookahead:  # (`_follow`'s step counts its look-ahead at a tag)
+                self.examined += min(self._held_lookahead, len(buf))
             return []
         return self._read(text)
 
@@ -490,12 +498,14 @@ class BlockLexer(Reporting):
         self._name += buf[i:j]
         return j, True
 
-    def _hold(self, buf: str, j: int, held_for: frozenset[str] | None = None) -> None:
+    def _hold(self, buf: str, j: int, held_for: frozenset[str] | None = None, lookahead: int = 0) -> None:
         """`buf[j:]` is kept unread: the next piece decides (None: the step waits for it).
         `held_for`: the text the step holds again, unread, when it is all that is left (a tag
-        cut short: `tag_beginnings`); `feed` holds a piece that leaves the tail one of them."""
+        cut short: `tag_beginnings`); `feed` holds a piece that leaves the tail one of them,
+        counting in `examined` the `lookahead` the step counts when it holds it again."""
         self._tail = buf[j:]
         self._held_for = held_for
+        self._held_lookahead = lookahead
 
     def _wait(self, buf: str, j: int, limit: int, out: list[Segment], held_for: frozenset[str] | None = None) -> int | None:
         """More text is needed from `j` on; past the cap there is none to wait for."""
@@ -613,12 +623,7 @@ class JsonCallsLexer(BlockLexer):
     @classmethod
     def _grammar(cls, b: JsonCalls) -> dict[str, Any]:
         tags = tuple(tag for tag in (b.close, b.open) if tag)
-        # (What JSON's step holds of a tag cut short, with the look-ahead it counts: `JsonCallsLexer.feed`.)
-        return {
-            "_steps": {OPEN: _opener("{[", JSON, mark=False), JSON: _follow("_scanner", tags, cls._value_closed, cls._tag_read)},
-            "_tag_beginnings": tag_beginnings(tags),
-            "_tag_lookahead": len(tags[0]),
-        }
+        return {"_steps": {OPEN: _opener("{[", JSON, mark=False), JSON: _follow("_scanner", tags, cls._value_closed, cls._tag_read)}}
 
     def _reset_body(self) -> None:
         self._scanner = JsonScanner(stops="<")
@@ -645,12 +650,6 @@ class JsonCallsLexer(BlockLexer):
             self._raw.append(text)
             self._size += len(text)
             self.examined += len(text)
-            return []
-        if self._tail and self._state == JSON and (buf := self._tail + text) in self._tag_beginnings:
-            # A tag cut short (the closer in token-sized pieces), still cut short: held, as JSON's
-            # step holds it, which counts a look-ahead of the first tag's length.
-            self.examined += min(self._tag_lookahead, len(buf))
-            self._tail = buf
             return []
         return super().feed(text)
 
