@@ -29,14 +29,14 @@ def context() -> RequestContext:
     return RequestContext.from_body(json.dumps({"model": MODEL, "input": "hi", "tools": [BASH], "stream": True}).encode())
 
 
-def stream(pieces: list[str], *, number_last: bool = False, ascii_only: bool = False, numbers: list[int] | None = None) -> bytes:
+def stream(pieces: list[str], *, number_last: bool = False, ascii_only: bool = False, numbers: list[int] | None = None, item_id: str = "msg_1") -> bytes:
     """A message streamed one delta a piece; `number_last`: `sequence_number` after `delta` (as
     orjson writes a dict built in that order), else first; `ascii_only`: non-ASCII escaped;
-    `numbers`: the sequence numbers (else 0, 1, 2, …). A piece that is bytes is sent as the
-    event's data line itself (an event the full path cannot read)."""
-    ref = {"item_id": "msg_1", "output_index": 0, "content_index": 0}
+    `numbers`: the sequence numbers (else 0, 1, 2, …); `item_id`, the message's. A piece that
+    is bytes is sent as the event's data line itself (an event the full path cannot read)."""
+    ref = {"item_id": item_id, "output_index": 0, "content_index": 0}
     response = {"id": "resp_1", "object": "response", "created_at": 1, "model": MODEL, "status": "in_progress", "output": []}
-    item = {"id": "msg_1", "type": "message", "role": "assistant", "status": "in_progress", "content": []}
+    item = {"id": item_id, "type": "message", "role": "assistant", "status": "in_progress", "content": []}
     events: list[dict | bytes] = [
         {"type": "response.created", "response": response},
         {"type": "response.output_item.added", "output_index": 0, "item": item},
@@ -70,6 +70,9 @@ STREAMS = {
     "plain, number first": stream(PROSE_PIECES),
     "plain, number last": stream(PROSE_PIECES, number_last=True),
     "plain, escaped": stream(PROSE_PIECES, ascii_only=True),
+    # (the frame's bytes are a format for the number: their own `%` signs stay as they are)
+    "plain, per cent signs in the frame, number first": stream(PROSE_PIECES, item_id="msg_%d%s%"),
+    "plain, per cent signs in the frame, number last": stream(PROSE_PIECES, number_last=True, item_id="msg_%d%s%"),
     "cut by a call, number first": stream(CUT_BY_A_CALL),
     "cut by a call, number last": stream(CUT_BY_A_CALL, number_last=True),
     "cut by a call, escaped": stream(CUT_BY_A_CALL, number_last=True, ascii_only=True),
@@ -79,15 +82,17 @@ STREAMS = {
 @pytest.mark.parametrize("name", list(STREAMS))
 def test_every_split_is_the_same_through_the_lanes(name, monkeypatch):
     """One event a read, one event cut in two at each byte around its text (and every 17th byte
-    of every fourth event): the lanes on give what the full path gives whole."""
+    of every fourth event): the lanes on give what the full path gives whole, and fail where it
+    fails (nowhere: a lane's failure passes a plain stream's bytes as they came)."""
     body = STREAMS[name]
-    reference, _ = rewrite(RESPONSES, context(), [body], False, monkeypatch)
+    reference, full = rewrite(RESPONSES, context(), [body], False, monkeypatch)
+    assert full.failure is None
     events = by_event(body)
     for i, event in enumerate(events):
         for at in cut_points(event, i % 4 == 0):
             pieces = [*events[:i], event[:at], event[at:], *events[i + 1 :]]
-            on, _ = rewrite(RESPONSES, context(), pieces, True, monkeypatch)
-            assert on == reference, (name, i, at)
+            on, laned = rewrite(RESPONSES, context(), pieces, True, monkeypatch)
+            assert on == reference and laned.failure is None, (name, i, at, laned.failure)
 
 
 def test_a_part_cut_by_a_call_keeps_its_text():
@@ -192,6 +197,29 @@ def test_events_the_full_path_reads_otherwise(body, digits, number_last, monkeyp
         stream_body = stream(pieces, number_last=number_last)
         events = by_event(stream_body)
         check(RESPONSES, context(), stream_body, [events, [b"".join(events[i : i + 3]) for i in range(0, len(events), 3)]], monkeypatch)
+
+
+@pytest.mark.parametrize("number_last", [False, True])
+def test_an_event_shorter_than_its_frame(number_last, monkeypatch):
+    """Bytes that begin as the frame's event does and end as it does, the quote between text
+    and frame shared (`"delta":","logprobs"…`: no JSON): no event of the frame, whatever its
+    number."""
+    data = odd_delta(b"", b"33", number_last).replace(b'"delta":"","logprobs"', b'"delta":","logprobs"')
+    pieces: list = [*PROSE_PIECES[:60]]
+    pieces.insert(30, data)
+    body = stream(pieces, number_last=number_last)
+    check(RESPONSES, context(), body, [by_event(body)], monkeypatch)
+
+
+@pytest.mark.parametrize("number_last", [False, True])
+def test_a_delta_of_another_item_framed_alike(number_last, monkeypatch):
+    """A text delta of an item never announced, its bytes as long as the frame's and ending as
+    they do: not the part's text (a call later cuts the part, and our `.done` events give the
+    text the part was given)."""
+    pieces: list = [*CUT_BY_A_CALL]
+    pieces.insert(20, odd_delta(b"elsewhere", b"23", number_last).replace(b'"item_id":"msg_1"', b'"item_id":"msg_2"'))
+    body = stream(pieces, number_last=number_last)
+    check(RESPONSES, context(), body, [by_event(body)], monkeypatch)
 
 
 @pytest.mark.parametrize("number_last", [False, True])

@@ -1048,27 +1048,28 @@ def quiet_reader(frame: NumberedFrame, bodies: bytearray, core: ResponsesRewrite
     lane taken straight from `feed` (refused while the echo check holds anything). A closure,
     called with the rewriter but not holding it: the fewest lookups on the commonest path."""
     head, mid, tail, number_first = frame.head, frame.mid, frame.tail, frame.number_first
-    head_size, mid_size = len(head), len(mid)
+    head_size, tail_size = len(head), len(tail)
     loads, keep, unusual = orjson.loads, bodies.extend, _UNUSUAL.search
-    ending = b"%d" + tail.replace(b"%", b"%%")  # the number and the tail, expected after `mid`
+    # The frame's bytes on the number's side of the text, the number put in: the event is the
+    # frame around its text and the number expected, compared in one call each side.
+    before, after = (head, mid) if number_first else (mid, tail)
+    numbered = before.replace(b"%", b"%%") + b"%d" + after.replace(b"%", b"%%")
 
     def read(_rewriter: object, raw: bytes) -> list[bytes] | None:
         if echo is not None and (echo._unsent or echo._assembly is not None):
             return None
-        if not raw.startswith(head):
-            return None
         if number_first:
-            at = raw.find(mid, head_size)
-            if at < 0 or raw[head_size:at] != b"%d" % core._seq or not raw.endswith(tail):
+            opening = numbered % core._seq
+            if not raw.startswith(opening) or not raw.endswith(tail):
                 return None
-            start, end = at + mid_size, len(raw) - len(tail)
-            if end < start:
-                return None
+            start, end = len(opening), len(raw) - tail_size
         else:
-            at = raw.rfind(mid, head_size)
-            if at < 0 or raw[at + mid_size :] != ending % core._seq:
+            closing = numbered % core._seq
+            if not raw.startswith(head) or not raw.endswith(closing):
                 return None
-            start, end = head_size, at
+            start, end = head_size, len(raw) - len(closing)
+        if end < start:
+            return None
         body = raw[start:end]
         if unusual(body) is not None:
             # What `markup_may_start` looks for: a `<`, a `[`, a `\u003.` escape; then the body
