@@ -228,7 +228,8 @@ def _follow(scanner: str, cut_by: tuple[str, ...], closed: Callable[..., int], c
     strings is `cut(lexer, out, at, tag)`, by default a value cut short: released, TEXT reads it.
     A tag of `cut_by` cut short at the scanner's stop is held with what the step holds again (its
     beginnings) and the look-ahead the step counts for it in `examined`, one of the first tag's
-    length: `BlockLexer.feed` holds a piece that leaves it cut short, and counts that look-ahead."""
+    length at most: `BlockLexer.feed` holds a piece that leaves it cut short, and counts that
+    look-ahead as the step would (no more than the text held)."""
     beginnings = tag_beginnings(cut_by)
     lookahead = len(cut_by[0])
 
@@ -342,10 +343,10 @@ class BlockLexer(Reporting):
         if self._tail and (held_for := self._held_for) is not None and (buf := self._tail + text) in held_for and self._size + len(buf) <= self._max_held:
             # A tag cut short, held, and with this piece still cut short (a tag in token-sized
             # pieces): held again without the steps, as the step that held it holds it (a
-            # marker's beginning in TEXT, a tag's in a block: `_hold`; within the cap, past
-            # which a block's step releases it).
+            # marker's beginning in TEXT, a tag's in a block: `_hold`). Only within the cap:
+            # past it the steps decide (a BLOCK step releases the block).
             self._tail = buf
-            if self._held_lookahead:  # (`_follow`'s step counts its look-ahead at a tag)
+            if self._held_lookahead:  # (`_follow`'s step counts its look-ahead at a tag: at most what is held)
                 self.examined += min(self._held_lookahead, len(buf))
             return []
         return self._read(text)
