@@ -1058,16 +1058,15 @@ def quiet_reader(frame: NumberedFrame, bodies: bytearray, core: ResponsesRewrite
     def read(_rewriter: object, raw: bytes) -> list[bytes] | None:
         if echo is not None and (echo._unsent or echo._assembly is not None):
             return None
+        expected = numbered % core._seq
         if number_first:
-            opening = numbered % core._seq
-            if not raw.startswith(opening) or not raw.endswith(tail):
+            if not raw.startswith(expected) or not raw.endswith(tail):
                 return None
-            start, end = len(opening), len(raw) - tail_size
+            start, end = len(expected), len(raw) - tail_size
         else:
-            closing = numbered % core._seq
-            if not raw.startswith(head) or not raw.endswith(closing):
+            if not raw.startswith(head) or not raw.endswith(expected):
                 return None
-            start, end = head_size, len(raw) - len(closing)
+            start, end = head_size, len(raw) - len(expected)
         if end < start:
             return None
         body = raw[start:end]

@@ -245,7 +245,7 @@ def _follow(scanner: str, cut_by: tuple[str, ...], closed: Callable[..., int], c
             if what is MORE:
                 return j if self._over_cap(out) else None
             if what is STOP:  # maybe a tag: the look-ahead counts as one of the first tag's length
-                self.examined += min(len(cut_by[0]), len(buf) - j)
+                self.examined += min(lookahead, len(buf) - j)
             tag = _PARTIAL if what is WAIT else self._tag(buf, j, cut_by)
             if tag is _PARTIAL:  # more text is needed to read `buf[j:]`
                 return self._hold(buf, j) if what is WAIT else self._hold(buf, j, beginnings, lookahead)
