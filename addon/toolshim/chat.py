@@ -15,6 +15,7 @@ from typing import Any
 
 import orjson
 
+from .bodies import plain_bodies
 from .calls import INVALID_JSON, STRICT_FAILURE, CallScope, RewriteStats
 from .lexers import ScopeLexers, reads_the_start
 from .lexers.base import CallArgs, CallBegin, CallEnd, ChainLexer, Lexer, ReasoningEnd, ReasoningText, Segment, Text
@@ -236,7 +237,7 @@ class ArgsLane:
 
     __slots__ = (
         "frame", "frame_head", "frame_mid", "frame_tail", "fixed", "start", "end", "leaf", "chained", "path", "head", "tail", "before", "after",
-        "alone", "held", "finished", "rendered", "state", "channel", "guarded", "steady",
+        "alone", "held", "finished", "rendered", "state", "channel", "guarded", "steady", "steady_bodies",
     )  # fmt: skip
 
     def __init__(
@@ -260,6 +261,10 @@ class ArgsLane:
         # (`Lexer.steady_piece`). Not for a chain's leaf, which may change, nor a guarded one,
         # whose text may begin a marker the chain around it reads.
         self.steady = None if self.chained or self.guarded else getattr(self.leaf, "steady_piece", None)
+        # The same for a read of several events at once (`_args_burst`), where the lane sends one
+        # event for each piece and nothing for a piece that makes nothing.
+        steady_bodies = getattr(self.leaf, "steady_bodies", None) if self.steady is not None else None
+        self.steady_bodies = steady_bodies if self.alone and not self.held else None
 
     def past_idle_first(self) -> Lexer:
         """The leaf, a chain whose first stage is now idle: the path goes on into its second
@@ -794,6 +799,34 @@ class ChatStreamRewriter(SseRewriter):
                 laned.append(piece)
             return [piece]
         return [*lane.before, lane.head + body + lane.tail, *lane.after]
+
+    def _args_burst(self, data: bytes) -> list[bytes] | None:
+        """`_args_read` for a read of several events (`SseRewriter._feed_read`'s), taken at once
+        when each is a plain piece of the open call's arguments streamed live (`plain_bodies`,
+        the leaf's `steady_bodies`): the events to send, one for each piece that makes arguments.
+        None: nothing taken (the events go through `_args_read` one by one)."""
+        lane = self._args
+        steady_bodies = lane.steady_bodies
+        if steady_bodies is None or (not self._reasoning_field_known and b"reasoning" in data):
+            return None  # (`_args_read` notes a text that names the reasoning field)
+        bodies = plain_bodies(data, lane.frame)
+        if bodies is None:
+            return None
+        made = steady_bodies(bodies, lane.finished)
+        if made is None:
+            return None
+        if not made:
+            return []
+        # One event for each piece made, cut apart in C at a NUL put between them (no event
+        # holds one: JSON has none raw, nor have plain bodies).
+        head, tail = lane.head, lane.tail
+        sent = (head + (tail + b"\x00" + head).join(made) + tail).split(b"\x00")
+        if (laned := self.laned) is not None:
+            laned.extend(sent)
+        return sent
+
+    # (`_feed_read` offers a read of several events to the lane's `burst` first.)
+    _args_read.burst = _args_burst  # type: ignore[attr-defined]
 
     def _args_run(self, events: list[bytes], first: int) -> int:
         """`_args_read` for a run of `_feed_read`'s events from `first` (split at their blank

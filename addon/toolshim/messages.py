@@ -38,6 +38,7 @@ from typing import Any
 import orjson
 from json_repair import repair_json
 
+from .bodies import plain_bodies
 from .calls import CallScope, RewriteStats, random_id
 from .lexers import ScopeLexers
 from .native import EMPTY_ARGUMENTS, ArgumentTyping
@@ -720,6 +721,7 @@ class BlockLane:
     # (`Lexer.steady_piece`; not a chain's), and whether arguments made go out (`args`).
     steady: Any = None
     live: bool = False
+    steady_bodies: Any = None  # (the same for a read of several events: `_block_burst`)
     # Whether it notes the text it sends, for remembering (`NotedEvents`): a lane whose block has
     # no call open, its run armed with it. (One that has notes the call's pieces of arguments.)
     notes_text: bool = False
@@ -924,6 +926,7 @@ class MessagesStreamRewriter(SseRewriter):
         )
         lane.quiet = lane.text is not None and not lane.quiet_if_idle and source.lexer.idle
         lane.steady = getattr(leaf, "steady_piece", None)
+        lane.steady_bodies = getattr(leaf, "steady_bodies", None) if lane.steady is not None else None
         lane.live = lane.finished and lane.args is not None
         if (laned := self.laned) is not None:  # (see chat.py's `_arm`)
             if lane.args is not None:
@@ -1009,6 +1012,32 @@ class MessagesStreamRewriter(SseRewriter):
                 return [event]
         # Anything else: what the lexers around the leaf make of it, then the full path.
         return self._read_in_full(raw, read_event(raw)[0], unwind(lane.path, segments), frame)
+
+
+    def _block_burst(self, data: bytes) -> list[bytes] | None:
+        """`_block_read` for a read of several events (`SseRewriter._feed_read`'s), taken at
+        once when each is a plain piece of a live call's arguments (chat.py's `_args_burst`). (A
+        quiet lane's lexer is idle: `steady_bodies` takes nothing then.)"""
+        lane = self._block
+        steady_bodies = lane.steady_bodies
+        if steady_bodies is None:
+            return None
+        bodies = plain_bodies(data, lane.frame)
+        if bodies is None:
+            return None
+        made = steady_bodies(bodies, lane.live)
+        if made is None:
+            return None
+        if not made:
+            return []
+        head, tail = lane.args
+        sent = (head + (tail + b"\x00" + head).join(made) + tail).split(b"\x00")  # (chat.py's `_args_burst`)
+        if (laned := self.laned) is not None:
+            laned.extend(sent)
+        return sent
+
+    # (`_feed_read` offers a read of several events to the lane's `burst` first.)
+    _block_read.burst = _block_burst  # type: ignore[attr-defined]
 
 
 # Deltas whose field a client appends to what came before: delta type -> field.

@@ -9,8 +9,9 @@ open) is read from an event's bytes alone: the bytes around the one string that 
 event to event (a `Frame`, learned from an event the full path read) are compared, the string is
 decoded by itself, and the answer is the full path's own. A subclass sets `_direct` to the lane
 that a read of one whole event takes straight from `feed` (no framing, no per-event
-bookkeeping), and takes its lanes in `_on_block` for framed events. Every lane is off when
-`lanes` is False (tests compare both: the same bytes).
+bookkeeping), and takes its lanes in `_on_block` for framed events. A lane may take a read of
+several events at once as well (its `burst`: a call's arguments, bodies.py). Every lane is off
+when `lanes` is False (tests compare both: the same bytes).
 """
 
 from __future__ import annotations
@@ -91,12 +92,13 @@ class Frame:
     holds the same JSON as the learned one, but for the string whose body is `s`, provided `s`
     is a valid JSON string body (the caller decodes it, or rules out quotes in it)."""
 
-    __slots__ = ("head", "mid", "tail", "fixed", "channel")
+    __slots__ = ("head", "mid", "tail", "fixed", "channel", "cut")
 
     def __init__(self, head: bytes, tail: bytes, mid: bytes | None = None) -> None:
         self.head, self.tail, self.mid = head, tail, mid
         self.fixed = len(head) + len(tail) + (len(mid) if mid is not None else 0)
         self.channel: object = None  # what a user of the frame says its string is (its keys)
+        self.cut: tuple[int, int, slice] | None = None  # (`plain_bodies`, worked out when first needed)
 
     @classmethod
     def around(cls, raw: bytes, spans: list[tuple[int, int]]) -> Frame | None:
@@ -481,6 +483,15 @@ class SseRewriter:
                 self._open_gate()  # (what the whole read learned may close the gate)
                 lane = self._gate
         if lane is not None and 0 <= data.find(b"\n\n") < len(data) - 2 and data.find(b"\r") < 0:
+            if (burst := getattr(lane, "burst", None)) is not None:
+                # The read at once, when the lane can take it so (each event's piece without
+                # Python work of its own: chat.py's `_args_burst`).
+                try:
+                    out = burst(self, data)
+                except Exception as exc:
+                    return self._lane_failed(exc, data)
+                if out is not None:
+                    return out
             # Each blank line ends an event (LF line ends), each through the lane while there
             # is one (an event it does not take is framed and read alone, after which the lane
             # may take the next). One split in C, not a search per event. A lane's events

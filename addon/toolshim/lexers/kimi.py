@@ -194,6 +194,40 @@ class KimiLexer(TokenLexer):
             return ""
         return None
 
+    def steady_bodies(self, bodies: list[bytes], live: bool) -> list[bytes] | None:
+        """`steady_piece` for the pieces of a read at once, each given as its JSON string body
+        (plain: printable ASCII, no `<`, escapes as orjson writes them; `bodies.plain_bodies`):
+        the arguments made, as string bodies, one for each piece that holds more than whitespace.
+        None: not all pieces of live arguments, or so much whitespace that `feed` might release
+        it (nothing taken)."""
+        if self._buf or self._lead == HOLD or self._state != ARGS or not live or not self._args_sent:
+            return None
+        if self._ws_len + sum(map(len, bodies)) > self._max_held:
+            return None  # (a body is no shorter than its text: however the pieces end, the cap holds)
+        # `_args_spaced` piece by piece: whitespace held goes in front of the next piece that
+        # holds more, whitespace at a piece's end is held.
+        held = orjson.dumps("".join(self._ws))[1:-1] if self._ws else b""
+        made = []
+        for body in bodies:
+            if body[-1] != 32 and body[-2:-1] != b"\\":
+                made.append(held + body if held else body)  # (no whitespace at its end, nor an escape)
+                held = b""
+                continue
+            text = orjson.loads(b'"' + body + b'"')
+            solid = text.rstrip()
+            if solid:
+                solid = body if solid == text else orjson.dumps(solid)[1:-1]
+                made.append(held + solid if held else solid)
+                held = body[len(solid) :]  # (a plain body is orjson's encoding of its text)
+            else:
+                held += body
+        if held:
+            ws = orjson.loads(b'"' + held + b'"')
+            self._ws, self._ws_len = [ws], len(ws)
+        elif self._ws:
+            self._ws, self._ws_len = [], 0
+        return made
+
     def _args_spaced(self, text: str) -> str:
         """The arguments a piece in ARGS makes when whitespace is held or it ends in some:
         whitespace held goes in front of the next piece that is not only whitespace, and

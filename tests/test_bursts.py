@@ -1,0 +1,330 @@
+"""A lane's bursts: a read of several events of a call's arguments taken at once (bodies.py's
+`plain_bodies`, the Kimi lexer's `steady_bodies`, chat.py's `_args_burst`, messages.py's
+`_block_burst`).
+
+What a burst takes must be exactly what the events one by one would give: `plain_bodies` takes
+a read exactly when it is events of the frame whose bodies are plain (checked against orjson's
+decoding and encoding of each), `steady_bodies` makes what `steady_piece` makes piece by piece,
+and the streams made of such reads give the same bytes with the lanes on and off, the bursts
+taken (counted) and remembered from their notes as from the body read again.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import orjson
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from test_fuzz import by_event
+from test_lanes import BASH_CHAT, chat_chunk, check, pieces_of
+from toolshim.apis import CHAT, MESSAGES
+from toolshim.bodies import plain_bodies
+from toolshim.chat import ChatStreamRewriter
+from toolshim.lexers.kimi import KimiLexer
+from toolshim.messages import MessagesStreamRewriter
+from toolshim.stream import Frame, NotedEvents, string_spans
+from toolshim.tools import RequestContext
+
+KIMI = "moonshotai/Kimi-K2.5"
+OPEN_CALL = ["<|tool_calls_section_begin|>", "<|tool_call_begin|>", "functions.bash:0", "<|tool_call_argument_begin|>", '{"command": "']
+CLOSE_CALL = ['"}', "<|tool_call_end|>", "<|tool_calls_section_end|>"]
+
+
+def frame_of(event: bytes, keys: tuple[str, ...]) -> Frame:
+    frame = Frame.around(event, string_spans(event, keys))
+    assert frame is not None
+    return frame
+
+
+# The frames a burst meets: a Chat delta in one field, in two mirrored ones, a Messages delta.
+FRAMES = {
+    "content": frame_of(chat_chunk(KIMI, {"content": "x"}), ("content",)),
+    "mirrored": frame_of(chat_chunk(KIMI, {"reasoning": "x", "reasoning_content": "x"}), ("reasoning", "reasoning_content")),
+    "messages": frame_of(
+        b'event: content_block_delta\ndata: {"type":"content_block_delta","index":0,"delta":{"type":"thinking_delta","thinking":"x"}}\n\n', ("thinking",)
+    ),
+}
+FOREIGN = b'data: {"id":"c","choices":[{"index":0,"delta":{"content":"x"},"finish_reason":"stop"}]}\n\n'
+
+# Pieces of string bodies: plain ones, and everything a plain body must not hold.
+UNITS = [
+    b"a", b"Z", b" ", b"~", b"/", b"{", b"}", b":", b",", b"'",
+    b'\\"', b"\\\\", b"\\b", b"\\f", b"\\n", b"\\r", b"\\t",
+    b"\\/", b"\\u0041", b"\\u003c", b"\\u0000", b"<", b'"', b"\\", b"\x00", b"\x01", b"\x1f", b"\x7f", b"\n", b"\r", b"\xc3\xa9", b"\xff",
+]  # fmt: skip
+
+
+def is_plain(body: bytes) -> bool:
+    """A plain body, by orjson: one JSON string body by itself, not empty, of printable ASCII and
+    the whitespace and backspace that have short escapes, no `<`, and encoded as orjson encodes it."""
+    try:
+        text = orjson.loads(b'"' + body + b'"')
+    except orjson.JSONDecodeError:
+        return False
+    printable = all(" " <= char <= "~" or char in "\b\f\n\r\t" for char in text)
+    return bool(text) and printable and "<" not in text and orjson.dumps(text)[1:-1] == body
+
+
+def event_of(frame: Frame, body: bytes, second: bytes | None = None) -> bytes:
+    if frame.mid is None:
+        return frame.head + body + frame.tail
+    return frame.head + body + frame.mid + (body if second is None else second) + frame.tail
+
+
+bodies_strategy = st.lists(st.sampled_from(UNITS), max_size=6).map(b"".join)
+
+
+@settings(max_examples=1500, deadline=None)
+@given(
+    st.sampled_from(sorted(FRAMES)),
+    st.lists(st.tuples(bodies_strategy, st.one_of(st.none(), bodies_strategy)), min_size=1, max_size=9),
+    st.sampled_from(["none", "foreign", "cut", "blank line", "crlf"]),
+    st.integers(0, 8),
+)
+def test_plain_bodies_takes_exactly_reads_of_plain_events(name, events, change, at):
+    frame = FRAMES[name]
+    reads = [event_of(frame, body, second) for body, second in events]
+    mirrored_alike = frame.mid is None or all(second is None or second == body for body, second in events)
+    if change == "foreign":
+        reads.insert(at % (len(reads) + 1), FOREIGN)
+    data = b"".join(reads)
+    if change == "cut":
+        data = data[:-1 - at]
+    elif change == "blank line":
+        data += b"\n"
+    elif change == "crlf":
+        data = data.replace(b"\n", b"\r\n")
+    wanted = [body for body, _ in events] if change == "none" and mirrored_alike and all(is_plain(body) for body, _ in events) else None
+    assert plain_bodies(data, frame) == wanted
+
+
+def test_plain_bodies_takes_the_plain_escapes_and_refuses_the_rest():
+    """(The property above, by example: each escape orjson writes alike is taken, others not.)"""
+    frame = FRAMES["mirrored"]
+    taken = [b'say \\"hi\\"', b"a\\\\b", b"x\\n", b"\\t\\r\\f\\b", b" "]
+    assert plain_bodies(b"".join(event_of(frame, body) for body in taken), frame) == taken
+    for odd in (b"\\/", b"\\u0041", b"a<b", b"\xc3\xa9", b"\\", b"a\\\\\\", b"\x7f"):
+        assert plain_bodies(event_of(frame, b"ok") + event_of(frame, odd), frame) is None, odd
+
+
+def lexer_in_arguments(max_held: int) -> KimiLexer:
+    """A Kimi lexer (a Chat rewriter's lane's leaf) inside a call's arguments streamed live."""
+    context = RequestContext.from_body(json.dumps({"model": KIMI, "tools": [BASH_CHAT], "stream": True}).encode())
+    rewriter = ChatStreamRewriter(context, max_held=max_held)
+    for piece in OPEN_CALL:
+        rewriter.feed(chat_chunk(KIMI, {"content": piece}))
+    leaf = rewriter._args.leaf
+    assert type(leaf) is KimiLexer and leaf.steady_piece("x", True) == "x"
+    return copy.deepcopy(leaf)
+
+
+def lexer_state(lexer: KimiLexer) -> tuple:
+    return ("".join(lexer._ws), lexer._ws_len, lexer._buf, lexer._state, lexer._lead, lexer._args_sent)
+
+
+LEXERS = {max_held: lexer_in_arguments(max_held) for max_held in (6, 24, 1 << 20)}
+taken_by_cap = {max_held: 0 for max_held in LEXERS}
+
+
+@settings(max_examples=1500, deadline=None)
+@given(
+    st.sampled_from(sorted(LEXERS)),
+    st.text(" \t\n\r\f", max_size=3),
+    st.lists(st.text(' \t\n\r\f\bab"\\{}:', min_size=1, max_size=5), min_size=1, max_size=10),
+)
+def test_steady_bodies_makes_what_steady_piece_makes_piece_by_piece(max_held, held, texts):
+    """The held whitespace before the read (`held`) and the pieces' own: the same arguments made
+    and the same whitespace held after, or nothing taken (then only for the cap)."""
+    base = copy.deepcopy(LEXERS[max_held])
+    base._ws, base._ws_len = ([held], len(held)) if held else ([], 0)
+    one_by_one, at_once = copy.deepcopy(base), copy.deepcopy(base)
+    bodies = [orjson.dumps(text)[1:-1] for text in texts]
+    made = at_once.steady_bodies(bodies, True)
+    if made is None:
+        assert base._ws_len + sum(map(len, bodies)) > max_held  # refused for the cap alone
+        assert lexer_state(at_once) == lexer_state(base)
+        return
+    taken_by_cap[max_held] += 1
+    pieces = [one_by_one.steady_piece(text, True) for text in texts]
+    assert None not in pieces
+    assert made == [orjson.dumps(piece)[1:-1] for piece in pieces if piece]
+    assert lexer_state(at_once) == lexer_state(one_by_one)
+
+
+def test_steady_bodies_was_taken_under_every_cap():
+    """(Run after the property above, in the same module: it was not vacuous.)"""
+    assert all(taken_by_cap.values()), taken_by_cap
+
+
+def test_steady_bodies_takes_only_live_arguments():
+    lexer = LEXERS[1 << 20]
+    assert copy.deepcopy(lexer).steady_bodies([b"ab"], False) is None  # (arguments not live: the lanes' `finished`)
+    header = copy.deepcopy(lexer)
+    header.feed("<|tool_call_end|>")
+    header.feed("<|tool_call_begin|>")
+    assert header.steady_bodies([b"ab"], True) is None  # in a call's header: pieces are held, `feed` reads them
+
+
+# -- streams through the rewriters -----------------------------------------------------------
+
+# Arguments that stream as plain bodies: escapes, whitespace at a piece's end and whitespace
+# alone (whole reads of it), the word a Chat stream's reasoning field is told by, and pieces no
+# burst takes among them (a `<`, non-ASCII, an escape orjson writes otherwise).
+ARGUMENTS = (
+    'ls -la /usr/lib && echo \\"done\\" \\\\ tab\\there \\n next  line   and   spaces \\b\\f\\r end; ' * 4
+    + " " * 24 + 'say \\"reasoning\\" then ' + "a<b é \\u00e9 / " + "more plain words after them, spaced   out,  " * 3
+)
+
+
+def kimi_stream(api: str, where: str, extra: dict | None = None) -> tuple[RequestContext, bytes]:
+    """A Kimi call whose arguments stream in 1-4 character pieces: Chat's in `content` or in
+    mirrored reasoning fields (`extra`: more in each chunk, or in each delta under "delta"),
+    Messages' in a thinking block."""
+    pieces = ["Let me look. ", *OPEN_CALL, *pieces_of(ARGUMENTS, 5), *CLOSE_CALL, " Done."]
+    if api == MESSAGES:
+        from anthropic_stream import block_events, stream
+
+        context = RequestContext.from_request({"model": KIMI, "tools": [{"name": "bash", "input_schema": BASH_CHAT["function"]["parameters"]}]})
+        return context, stream(KIMI, block_events(0, where, pieces))
+    context = RequestContext.from_body(json.dumps({"model": KIMI, "tools": [BASH_CHAT], "stream": True}).encode())
+    fields = ("content",) if where == "content" else ("reasoning", "reasoning_content")
+    extra = dict(extra or {})
+    delta_extra = extra.pop("delta", {})
+    events = [chat_chunk(KIMI, {"role": "assistant", "content": ""})]
+    events += [chat_chunk(KIMI, {**delta_extra, **{key: piece for key in fields}}, **extra) for piece in pieces]
+    events += [chat_chunk(KIMI, {}, "tool_calls"), b"data: [DONE]\n\n"]
+    return context, b"".join(events)
+
+
+STREAMS = {
+    "chat: content": (CHAT, "content", None),
+    "chat: mirrored reasoning": (CHAT, "mirrored", None),
+    # (vLLM's usage stats in every chunk: rendered in each event the lane sends.)
+    "chat: usage in each chunk": (CHAT, "content", {"usage": None}),
+    # (Each piece of arguments goes out after a chunk of the role: the lane sends two events for
+    # one, and takes no bursts.)
+    "chat: the role in every delta": (CHAT, "content", {"delta": {"role": "assistant"}}),
+    "messages: thinking": (MESSAGES, "thinking", None),
+}
+
+
+def burst_of(api: str):
+    rewriter_class = MessagesStreamRewriter if api == MESSAGES else ChatStreamRewriter
+    return rewriter_class, rewriter_class._block_read if api == MESSAGES else rewriter_class._args_read
+
+
+def counting_bursts(api: str, monkeypatch: pytest.MonkeyPatch) -> list:
+    """What each burst offered a read sent (None: not taken), from now on."""
+    _, read = burst_of(api)
+    burst, taken = read.burst, []
+
+    def counting(rewriter, data):
+        out = burst(rewriter, data)
+        taken.append(out)
+        return out
+
+    monkeypatch.setattr(read, "burst", counting)
+    return taken
+
+
+@pytest.mark.parametrize("name", sorted(STREAMS))
+@pytest.mark.parametrize("max_held", [8, 1 << 20])
+def test_a_call_s_arguments_in_bursts_are_the_full_path_s(name, max_held, monkeypatch):
+    """Reads of 2 to 9 events, lanes on and off and the full path whole: the same bytes (`check`
+    in test_lanes.py). A small cap on held whitespace refuses most bursts (`feed` may release
+    it). The bursts are taken (counted), and the call's arguments reach the client whole."""
+    api, where, extra = STREAMS[name]
+    context, body = kimi_stream(api, where, extra)
+    rewriter_class, _ = burst_of(api)
+    taken = counting_bursts(api, monkeypatch)
+    monkeypatch.setattr(rewriter_class, "__init__", _with_max_held(rewriter_class.__init__, max_held))
+    events = by_event(body)
+    cuts = [[b"".join(events[at : at + size]) for at in range(0, len(events), size)] for size in range(2, 10)]
+    sent = check(api, context, body, cuts, monkeypatch)
+    bursts = [out for out in taken if out is not None]
+    if "role" in name:
+        assert not bursts
+    else:
+        assert len(bursts) >= (20 if max_held > 8 else 1), (len(bursts), len(taken))
+        assert max_held == 8 or [] in bursts  # (a read of whitespace alone: held, nothing sent)
+    if api == CHAT:
+        arguments = "".join(
+            call["function"].get("arguments", "")
+            for event in by_event(sent) if event.startswith(b"data: {")
+            for choice in orjson.loads(event[6:])["choices"] for call in choice["delta"].get("tool_calls", [])
+        )  # fmt: skip
+        assert orjson.loads(arguments) == orjson.loads('{"command": "' + ARGUMENTS + '"}')
+
+
+def _with_max_held(init, max_held: int):
+    def __init__(self, context, **options):
+        init(self, context, **{**options, "max_held": max_held})
+
+    return __init__
+
+
+@pytest.mark.parametrize("name", ["chat: content", "chat: mirrored reasoning", "messages: thinking"])
+def test_a_burst_s_events_are_noted_and_remembered_as_read_again(name, monkeypatch):
+    """Through the stream callable in reads of eight, remembered at the terminal event: each
+    event a burst sent is noted (by identity), and the turn remembered from the notes is the
+    turn read again from the whole body."""
+    from test_history import remembered_through_the_stream
+
+    api, where, extra = STREAMS[name]
+    context, body = kimi_stream(api, where, extra)
+    taken = counting_bursts(api, monkeypatch)
+    events = by_event(body)
+    handed = []
+    original = NotedEvents.extend
+    monkeypatch.setattr(NotedEvents, "extend", lambda self, events: (handed.append(self), original(self, events))[1])
+    fed, read_again, from_notes = remembered_through_the_stream(context, [b"".join(events[at : at + 8]) for at in range(0, len(events), 8)], api)
+    assert fed == read_again and fed[0].calls
+    sent = [event for out in taken if out for event in out]
+    [noted] = {id(notes): notes for notes in handed}.values()
+    assert len(sent) >= 20 and all(any(event is note for note in noted) for event in sent)
+    assert from_notes >= len(sent)
+
+
+def test_a_burst_naming_the_reasoning_field_is_read_event_by_event(monkeypatch):
+    """Until a Chat stream's reasoning field is known, an event naming it is read for it: a burst
+    that holds the name is left to the events one by one, which learn it as the full path does
+    (and the bursts before and after it are taken)."""
+    context = RequestContext.from_body(json.dumps({"model": KIMI, "tools": [BASH_CHAT], "stream": True}).encode())
+    pieces = [*OPEN_CALL, *["ab", "cd "] * 8, "ef", '"reasoning', '": ', "1", *["gh", " ij"] * 8, *CLOSE_CALL]
+    events = [chat_chunk(KIMI, {"content": piece}) for piece in pieces]
+    reads = [*events[:5], *(b"".join(events[at : at + 8]) for at in range(5, len(events), 8))]
+    taken = counting_bursts(CHAT, monkeypatch)
+    learned, sent = {}, {}
+    for lanes in (False, True):
+        rewriter = ChatStreamRewriter(copy.deepcopy(context))
+        rewriter.lanes = lanes
+        sent[lanes] = b"".join(b"".join(rewriter.feed(read)) for read in reads)
+        learned[lanes] = rewriter._reasoning_field_known
+    assert learned == {False: True, True: True} and sent[True] == sent[False]
+    assert [out is not None for out in taken][:4] == [True, True, False, True]
+
+
+def test_a_burst_that_raises_fails_open(monkeypatch):
+    """A burst that raises (a bug of ours): the read goes as it came, the failure is kept, and the
+    rest of the stream passes unchanged (as a lane that raises on one event)."""
+    context, body = kimi_stream(CHAT, "content")
+    events = by_event(body)
+    start = len(OPEN_CALL) + 8  # (in the call's arguments, its events in a lane)
+    rewriter = ChatStreamRewriter(copy.deepcopy(context))
+    for event in events[:start]:
+        rewriter.feed(event)
+    assert getattr(rewriter._gate, "burst", None) is not None, "the arguments' lane takes bursts"
+
+    def raising(_rewriter, data):
+        raise RuntimeError("burst bug")
+
+    monkeypatch.setattr(ChatStreamRewriter._args_read, "burst", raising)
+    rest = events[start:]
+    sent = [piece for at in range(0, len(rest), 8) for piece in rewriter.feed(b"".join(rest[at : at + 8]))]
+    sent += rewriter.close()
+    assert isinstance(rewriter.failure, RuntimeError)
+    assert b"".join(sent) == b"".join(rest)
