@@ -10,6 +10,7 @@ bytes (orjson's encoding of its text).
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from itertools import repeat
 from operator import getitem
 from typing import Any
@@ -52,6 +53,30 @@ def plain_bodies(data: bytes, frame: Any) -> list[bytes] | None:
     if head + (tail + head).join(events) + tail != data:
         return None
     return bodies
+
+
+def burst_events(
+    data: bytes, frame: Any, steady_bodies: Callable[[list[bytes], bool], list[bytes] | None], live: bool, head: bytes, tail: bytes,
+    laned: list[bytes] | None,
+) -> list[bytes] | None:  # fmt: skip
+    """A lane's burst: a read of several events of `frame` whose plain bodies the leaf takes at
+    once (`steady_bodies`, `live`: its arguments go out), as the events to send, each `head`, a
+    piece of the arguments made, `tail`, and noted in `laned` (remembering's `NotedEvents`). None:
+    nothing taken (the lane reads the events one by one)."""
+    bodies = plain_bodies(data, frame)
+    if bodies is None:
+        return None
+    made = steady_bodies(bodies, live)
+    if made is None:
+        return None
+    if not made:
+        return []
+    # One event for each piece made, cut apart in C at a NUL put between them (no event holds
+    # one: JSON has none raw, nor have plain bodies).
+    sent = (head + (tail + b"\x00" + head).join(made) + tail).split(b"\x00")
+    if laned is not None:
+        laned.extend(sent)
+    return sent
 
 
 def _lines_cut(head: bytes, tail: bytes, mid: bytes | None) -> tuple[int, int, slice]:

@@ -15,7 +15,7 @@ from typing import Any
 
 import orjson
 
-from .bodies import plain_bodies
+from .bodies import burst_events
 from .calls import INVALID_JSON, STRICT_FAILURE, CallScope, RewriteStats
 from .lexers import ScopeLexers, reads_the_start
 from .lexers.base import CallArgs, CallBegin, CallEnd, ChainLexer, Lexer, ReasoningEnd, ReasoningText, Segment, Text
@@ -802,28 +802,13 @@ class ChatStreamRewriter(SseRewriter):
 
     def _args_burst(self, data: bytes) -> list[bytes] | None:
         """`_args_read` for a read of several events (`SseRewriter._feed_read`'s), taken at once
-        when each is a plain piece of the open call's arguments streamed live (`plain_bodies`,
-        the leaf's `steady_bodies`): the events to send, one for each piece that makes arguments.
-        None: nothing taken (the events go through `_args_read` one by one)."""
+        when each is a plain piece of the open call's arguments streamed live (`burst_events`):
+        the events to send, one for each piece that makes arguments. None: nothing taken (the
+        events go through `_args_read` one by one)."""
         lane = self._args
-        steady_bodies = lane.steady_bodies
-        if steady_bodies is None or (not self._reasoning_field_known and b"reasoning" in data):
+        if lane.steady_bodies is None or (not self._reasoning_field_known and b"reasoning" in data):
             return None  # (`_args_read` notes a text that names the reasoning field)
-        bodies = plain_bodies(data, lane.frame)
-        if bodies is None:
-            return None
-        made = steady_bodies(bodies, lane.finished)
-        if made is None:
-            return None
-        if not made:
-            return []
-        # One event for each piece made, cut apart in C at a NUL put between them (no event
-        # holds one: JSON has none raw, nor have plain bodies).
-        head, tail = lane.head, lane.tail
-        sent = (head + (tail + b"\x00" + head).join(made) + tail).split(b"\x00")
-        if (laned := self.laned) is not None:
-            laned.extend(sent)
-        return sent
+        return burst_events(data, lane.frame, lane.steady_bodies, lane.finished, lane.head, lane.tail, self.laned)
 
     # (`_feed_read` offers a read of several events to the lane's `burst` first.)
     _args_read.burst = _args_burst  # type: ignore[attr-defined]

@@ -38,7 +38,7 @@ from typing import Any
 import orjson
 from json_repair import repair_json
 
-from .bodies import plain_bodies
+from .bodies import burst_events
 from .calls import CallScope, RewriteStats, random_id
 from .lexers import ScopeLexers
 from .native import EMPTY_ARGUMENTS, ArgumentTyping
@@ -1016,25 +1016,13 @@ class MessagesStreamRewriter(SseRewriter):
 
     def _block_burst(self, data: bytes) -> list[bytes] | None:
         """`_block_read` for a read of several events (`SseRewriter._feed_read`'s), taken at
-        once when each is a plain piece of a live call's arguments (chat.py's `_args_burst`). (A
-        quiet lane's lexer is idle: `steady_bodies` takes nothing then.)"""
+        once when each is a plain piece of a live call's arguments (`burst_events`). (A quiet
+        lane's lexer is idle, one with no call open has no arguments live: `steady_bodies` takes
+        nothing then.)"""
         lane = self._block
-        steady_bodies = lane.steady_bodies
-        if steady_bodies is None:
+        if lane.steady_bodies is None or lane.args is None:
             return None
-        bodies = plain_bodies(data, lane.frame)
-        if bodies is None:
-            return None
-        made = steady_bodies(bodies, lane.live)
-        if made is None:
-            return None
-        if not made:
-            return []
-        head, tail = lane.args
-        sent = (head + (tail + b"\x00" + head).join(made) + tail).split(b"\x00")  # (chat.py's `_args_burst`)
-        if (laned := self.laned) is not None:
-            laned.extend(sent)
-        return sent
+        return burst_events(data, lane.frame, lane.steady_bodies, lane.live, *lane.args, self.laned)
 
     # (`_feed_read` offers a read of several events to the lane's `burst` first.)
     _block_read.burst = _block_burst  # type: ignore[attr-defined]
