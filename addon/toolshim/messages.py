@@ -1013,7 +1013,6 @@ class MessagesStreamRewriter(SseRewriter):
         # Anything else: what the lexers around the leaf make of it, then the full path.
         return self._read_in_full(raw, read_event(raw)[0], unwind(lane.path, segments), frame)
 
-
     def _block_burst(self, data: bytes) -> list[bytes] | None:
         """`_block_read` for a read of several events (`SseRewriter._feed_read`'s), taken at
         once when each is a plain piece of a live call's arguments (`burst_events`). (A quiet
