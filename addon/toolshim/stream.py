@@ -485,7 +485,9 @@ class SseRewriter:
         if lane is not None and 0 <= data.find(b"\n\n") < len(data) - 2 and data.find(b"\r") < 0:
             if (burst := getattr(lane, "burst", None)) is not None:
                 # The read at once, when the lane can take it so (each event's piece without
-                # Python work of its own: chat.py's `_args_burst`).
+                # Python work of its own: chat.py's `_args_burst`). Only the lane itself has a
+                # burst, never `_lane_direct`'s `checked`: the echo check, until it has decided,
+                # gets each event and what went out for it.
                 try:
                     out = burst(self, data)
                 except Exception as exc:
