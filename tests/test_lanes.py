@@ -675,6 +675,33 @@ def test_a_marker_start_past_an_idle_first_stage_is_read_by_the_chain_in_the_lan
     assert read["full"] < 8, read  # the events around the block, not the value's
 
 
+@pytest.mark.parametrize("tail", [["</think>", "x"], ["</", "think>", "x"], ["<", "<"], ["<", "/think", ">"]])
+def test_a_marker_start_read_quietly_while_the_think_lexer_watches(tail, monkeypatch):
+    """A Kimi stream (its template may open the think block unasked: the think lexer watches
+    for a bare closer, WATCH) whose first `<` armed a lane, then plain prose (the quiet frame),
+    then a `<` read by the quiet frame's lexer (`_quiet_markup`): the think lexer still reads it,
+    though idle (idle in WATCH passes only text without a `<`). It went to the Kimi lexer past
+    it: a bare `</think>` reached the client, and `<`, `<` went out as two chunks, not as one."""
+    model = "moonshotai/Kimi-K2.5"
+    context = RequestContext.from_body(json.dumps({"model": model, "tools": [BASH_CHAT], "stream": True}).encode())
+    pieces = ["<", "l", "a", "t", "l", *tail]
+    events = [chat_chunk(model, {"content": piece}) for piece in pieces] + [chat_chunk(model, {}, "stop"), b"data: [DONE]\n\n"]
+    markup_read = []
+    original = ChatStreamRewriter._quiet_markup
+
+    def counting(self, raw):
+        out = original(self, raw)
+        markup_read.append(out is not None)
+        return out
+
+    monkeypatch.setattr(ChatStreamRewriter, "_quiet_markup", counting)
+    reference = check(CHAT, context, b"".join(events), [events], monkeypatch)
+    assert any(markup_read)  # the quiet frame's lexer read a `<`: the case is not vacuous
+    chunks = [json.loads(line[6:]) for line in reference.split(b"\n\n") if line.startswith(b"data: {")]
+    content = "".join(chunk["choices"][0]["delta"].get("content") or "" for chunk in chunks if chunk["choices"])
+    assert content == "".join(pieces).replace("</think>", "")  # the closer dropped, nothing else
+
+
 def test_an_event_that_only_looks_mirrored_is_read_in_full(monkeypatch):
     """Kimi arguments in mirrored reasoning fields, among them events of the frame's length that
     differ from it after the first string: the second string not the first's, the key between

@@ -251,10 +251,11 @@ def _string_value(key: str) -> re.Pattern[bytes]:
 
 def live_path(lexer: Lexer, *, past_idle_first: bool = False) -> tuple[Lexer, list[Any]]:
     """The innermost lexer that reads a channel's text, and the lexers around it, outermost
-    first. A `ReasoningSplit` whose think lexer is idle (in content) and whose reasoning side is
-    idle passes text to its content side as it came; a `ChainLexer` whose second stage is idle
-    gives its first stage the text, and gives the second only the first's Text (none while a
-    call's arguments stream: its second stage was finished when the call began, and stays so).
+    first. A `ReasoningSplit` whose think lexer reads nothing more (idle in content, not
+    watching for a bare closer) and whose reasoning side is idle passes text to its content
+    side as it came; a `ChainLexer` whose second stage is idle gives its first stage the text,
+    and gives the second only the first's Text (none while a call's arguments stream: its
+    second stage was finished when the call began, and stays so).
     `past_idle_first`: also a chain whose first stage is idle and second is not (a block the
     first passed on as text, Qwen3-Coder's `<tool_call><function=…>` in Hermes's chain): its
     first stage gives text in which no marker can begin (`text_may_start_markup`) to the second
@@ -291,7 +292,7 @@ def _live_path(lexer: Lexer, past_idle_first: bool) -> tuple[Lexer, list[Any]]:
         kind = type(lexer)
         if kind is ReasoningSplit:
             think, reasoning, content = lexer._think, lexer._reasoning, lexer._content
-            if not (think.idle and reasoning.idle and lexer._side is content):
+            if not (think.reads_nothing and reasoning.idle and lexer._side is content):
                 return lexer, path
             path.append(lexer)
             lexer = content

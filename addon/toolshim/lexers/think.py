@@ -74,6 +74,12 @@ class ThinkLexer(Reporting):
         # WATCH too: text without a marker's first character passes as content unread.
         return (self._state == CONTENT or self._state == WATCH) and not self._buf and not self._drop_ws
 
+    @property
+    def reads_nothing(self) -> bool:
+        """Idle in CONTENT: any text, markers included, would pass as content unread. (WATCH's
+        idle is weaker: a `<` there may begin the bare closer.)"""
+        return self.idle and self._state == CONTENT
+
     def finish(self) -> list[Segment]:
         out = self._run(final=True)
         self._reset()
