@@ -154,6 +154,35 @@ def test_fuzz_hostile_bytes_lanes(api, body, cuts, model):
         check(api, context, body, [split_at(body, cuts), by_event(body)], monkeypatch)
 
 
+# Pieces of a few characters, one event each: marker starts held and released, runs of prose long
+# enough for the quiet frame, closers and section markers cut anywhere.
+_SMALL_PIECES = st.sampled_from([
+    "<", "<", "l", "a", " ", "\n", "x y", "</", "think>", "</think>", "<think>", "<|", "tool_calls_section_begin|>",
+    "<|tool_calls_section_begin|>", "<|tool_call_begin|>functions.bash:0<|tool_call_argument_begin|>", '{"command": "ls"}',
+    "<|tool_call_end|>", "<|tool_calls_section_end|>", "<tool_call>", '{"name": "bash", "arguments": {}}', "</tool_call>",
+])  # fmt: skip
+
+
+@budget(100)
+@given(
+    st.sampled_from(["kimi-k2.5", "moonshotai/Kimi-K2.5", "deepseek-r1", "Qwen3-30B-A3B-Thinking", "QwQ-32B", "qwen3-coder-30b"]),
+    st.sampled_from([("content",), ("reasoning_content",), ("reasoning", "reasoning_content"), "text", "thinking"]),
+    st.lists(_SMALL_PIECES, min_size=1, max_size=30),
+)
+def test_fuzz_small_pieces_one_event_a_read(model, fields, pieces):
+    """Chat (a text field, or the mirrored pair) and Messages (a text or a thinking block)."""
+    from anthropic_stream import block_events, stream
+
+    if isinstance(fields, str):
+        api, context = MESSAGES, messages_context(model)
+        events = by_event(stream(model, block_events(0, fields, pieces)))
+    else:
+        api, context = CHAT, RequestContext.from_body(json.dumps({"model": model, "tools": [BASH_CHAT], "stream": True}).encode())
+        events = [chat_chunk(model, dict.fromkeys(fields, piece)) for piece in pieces] + [chat_chunk(model, {}, "stop"), b"data: [DONE]\n\n"]
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        check(api, context, b"".join(events), [events], monkeypatch)
+
+
 # -- every split of streams that stay in the lanes --------------------------------------------------
 
 BASH_CHAT = {"type": "function", "function": {"name": "bash", "parameters": {"type": "object", "properties": {"command": {"type": "string"}}}}}
