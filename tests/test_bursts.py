@@ -328,3 +328,133 @@ def test_a_burst_that_raises_fails_open(monkeypatch):
     sent += rewriter.close()
     assert isinstance(rewriter.failure, RuntimeError)
     assert b"".join(sent) == b"".join(rest)
+
+
+# -- a stream's first read of several events: the text after its start passes as one -------------
+
+PLAIN_MODEL = "some-model"
+PROSE = "Plain words, a tab\tand a quote \" but no markup at all, " * 3
+
+
+def plain_chat(model: str, text: str, seed: int) -> list[bytes]:
+    return [chat_chunk(model, {"role": "assistant", "content": ""}), *(chat_chunk(model, {"content": p}) for p in pieces_of(text, seed)),
+            chat_chunk(model, {}, "stop"), b"data: [DONE]\n\n"]  # fmt: skip
+
+
+def counting_reads(cls, monkeypatch: pytest.MonkeyPatch) -> dict:
+    """How many events the rewriter read one by one (`_on_block`), how often a framed read of
+    several tried its rest whole."""
+    counts = {"events": 0, "rest": 0}
+    on_block, rest_whole = cls._on_block, cls._framed_rest_whole
+
+    def counted_block(self, raw):
+        counts["events"] += 1
+        return on_block(self, raw)
+
+    def counted_rest(self, events):
+        counts["rest"] += 1
+        return rest_whole(self, events)
+
+    monkeypatch.setattr(cls, "_on_block", counted_block)
+    monkeypatch.setattr(cls, "_framed_rest_whole", counted_rest)
+    return counts
+
+
+@pytest.mark.parametrize("lanes", [True, False])
+def test_a_chat_stream_s_first_read_passes_its_text_after_the_start_as_one(lanes, monkeypatch):
+    """In reads of eight, the first holds the role, the first text, and six more texts: the role
+    and the first text are read (whether the answer began decides where a `<think>` may open),
+    the other six go out as one piece, as they came. Nothing changed, nothing marked, and the
+    quiet lane is learned from them, kept for later (not taken: in bursts it would only refuse
+    each read of several)."""
+    events = plain_chat(PLAIN_MODEL, PROSE, 1)
+    events.insert(12, chat_chunk(PLAIN_MODEL, {"content": " if x < y"}))  # (the second read is framed: no rest tried)
+    context = RequestContext.from_body(json.dumps({"model": PLAIN_MODEL, "tools": [BASH_CHAT], "stream": True}).encode())
+    counts = counting_reads(ChatStreamRewriter, monkeypatch)
+    rewriter = ChatStreamRewriter(copy.deepcopy(context))
+    rewriter.lanes = lanes
+    first = rewriter.feed(b"".join(events[:8]))
+    assert first == [events[0], events[1], b"".join(events[2:8])]
+    assert counts == {"events": 2, "rest": 1}
+    assert rewriter._direct_lane is None and (rewriter._quiet_kept is not None) is lanes
+    out = first + [piece for at in range(8, len(events), 8) for piece in rewriter.feed(b"".join(events[at : at + 8]))] + rewriter.close()
+    assert b"".join(out) == b"".join(events) and not rewriter.changed and rewriter.failure is None
+    assert counts["rest"] == 1  # once a stream
+    body = b"".join(events)
+    check(CHAT, context, body, [events, [body[:1000], body[1000:3000], body[3000:]]], monkeypatch)
+
+
+def test_the_kept_quiet_lane_is_taken_up_after_a_block(monkeypatch):
+    """A Hermes stream whose first read passed its rest as one: after the block (a call), the
+    prose read one event a read passes by the quiet lane kept from that first read."""
+    model = "Qwen/Qwen2.5-72B-Instruct"
+    block = '<tool_call>\n{"name": "bash", "arguments": {"command": "ls"}}\n</tool_call>'
+    pieces = ["Let", " me", " look", " at", " it", " first", ".", block, *pieces_of(" Then more words follow here.", 3)]
+    events = [chat_chunk(model, {"role": "assistant", "content": ""}), *(chat_chunk(model, {"content": p}) for p in pieces),
+              chat_chunk(model, {}, "stop"), b"data: [DONE]\n\n"]  # fmt: skip
+    context = RequestContext.from_body(json.dumps({"model": model, "tools": [BASH_CHAT], "stream": True}).encode())
+    rewriter = ChatStreamRewriter(copy.deepcopy(context))
+    out = rewriter.feed(b"".join(events[:8]))
+    kept = rewriter._quiet_kept
+    assert kept is not None and rewriter._direct_lane is None and len(out) == 3
+    rest = events[8:]
+    at = 2  # the block, and the event after it
+    assert rest[0] == chat_chunk(model, {"content": block})
+    for event in rest[:at]:
+        out += rewriter.feed(event)
+    assert kept[1] is not None and rewriter._direct_lane is kept[1] and b'"name":"bash"' in b"".join(out)
+    check(CHAT, context, b"".join(events), [[b"".join(events[:8]), *rest]], monkeypatch)
+
+
+@pytest.mark.parametrize("markup", ["<think>", "[TOOL_CALLS]", "\\u003ctool_call>"])
+def test_a_first_read_whose_rest_may_hold_markup_is_read_event_by_event(markup, monkeypatch):
+    """The rest holds what may begin a marker: each event is read, as before; the bytes are the
+    full path's, lanes on and off, whole and in reads of eight."""
+    events = plain_chat(PLAIN_MODEL, "Some words", 4)
+    events.insert(5, chat_chunk(PLAIN_MODEL, {"content": json.loads(f'"{markup}"')}))
+    counts = counting_reads(ChatStreamRewriter, monkeypatch)
+    context = RequestContext.from_body(json.dumps({"model": PLAIN_MODEL, "tools": [BASH_CHAT], "stream": True}).encode())
+    rewriter = ChatStreamRewriter(copy.deepcopy(context))
+    rewriter.feed(b"".join(events[:8]))
+    assert counts == {"events": 8, "rest": 1}
+    body = b"".join(events)
+    check(CHAT, context, body, [events], monkeypatch)
+    # The rest is looked at once, however long the read: 400 events, the markup last.
+    long = plain_chat(PLAIN_MODEL, "word " * 400, 4)
+    long.insert(-2, chat_chunk(PLAIN_MODEL, {"content": json.loads(f'"{markup}"')}))
+    looked = []
+    nothing_to_read = ChatStreamRewriter._nothing_to_read
+    monkeypatch.setattr(ChatStreamRewriter, "_nothing_to_read", lambda self, raw: looked.append(raw.count(b"\n\n")) or nothing_to_read(self, raw))
+    ChatStreamRewriter(copy.deepcopy(context)).feed(b"".join(long))
+    assert len(long) > 400 and sum(looked) < 3 * len(long), (len(looked), sum(looked))
+
+
+def test_a_messages_stream_s_first_read_passes_its_deltas_as_one(monkeypatch):
+    """Messages: the message's start, the block's start and its first delta are read, the other
+    deltas of the read go out as one piece."""
+    from anthropic_stream import block_events, stream
+
+    body = stream(PLAIN_MODEL, block_events(0, "text", pieces_of(PROSE, 5)), ping=False)
+    events = by_event(body)
+    context = RequestContext.from_request({"model": PLAIN_MODEL, "tools": [{"name": "bash", "input_schema": BASH_CHAT["function"]["parameters"]}]})
+    counts = counting_reads(MessagesStreamRewriter, monkeypatch)
+    rewriter = MessagesStreamRewriter(copy.deepcopy(context))
+    first = rewriter.feed(b"".join(events[:8]))
+    assert first == [*events[:3], b"".join(events[3:8])] and counts == {"events": 3, "rest": 1}
+    out = first + [piece for at in range(8, len(events), 8) for piece in rewriter.feed(b"".join(events[at : at + 8]))] + rewriter.close()
+    assert b"".join(out) == body and not rewriter.changed
+    check(MESSAGES, context, body, [events], monkeypatch)
+
+
+def test_a_first_read_passes_its_rest_whole_only_once_no_fields_wait(monkeypatch):
+    """Each event with an `id:` line; a bare `</think>` (Kimi's template may open the block
+    unasked) goes out as nothing, its id waiting for the next event sent. Had the rest of the read
+    passed whole then, its events' own ids would go out before the waiting one: the client's last
+    event id would go backwards. The rest passes once nothing waits (`_whole_reads_pass`)."""
+    events = [chat_chunk(KIMI, {"role": "assistant", "content": ""}), chat_chunk(KIMI, {"content": "Hi"}), chat_chunk(KIMI, {"content": "</think>"}),
+              *(chat_chunk(KIMI, {"content": p}) for p in pieces_of(PROSE, 7)), chat_chunk(KIMI, {}, "stop"), b"data: [DONE]\n\n"]  # fmt: skip
+    events = [b"id: %d\n" % n + event for n, event in enumerate(events)]
+    context = RequestContext.from_body(json.dumps({"model": KIMI, "tools": [BASH_CHAT], "stream": True}).encode())
+    body = check(CHAT, context, b"".join(events), [events, [b"".join(events[:8]), *events[8:]]], monkeypatch)
+    ids = [int(line[4:]) for line in body.split(b"\n") if line.startswith(b"id: ")]
+    assert ids == sorted(ids) and ids[-1] == len(events) - 1 and b"</think>" not in body

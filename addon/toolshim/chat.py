@@ -557,9 +557,14 @@ class ChatStreamRewriter(SseRewriter):
         if self._quiet_run in (2, 16):  # a run of quiet events: worth a frame
             self._learn_quiet(raw)
 
-    def _learn_quiet(self, raw: bytes) -> None:
+    def _passed_among(self, event: bytes) -> None:
+        if self._quiet_kept is None:
+            self._learn_quiet(event, take=False)
+
+    def _learn_quiet(self, raw: bytes, take: bool = True) -> None:
         """A plain text event passed as it came: its frame lets the next ones pass from their
-        bytes (`_quiet_read`), in `feed` as well when nothing is held for the echo check."""
+        bytes (`_quiet_read`), in `feed` as well when nothing is held for the echo check. Not
+        `take`: only kept, for when the rewriter is idle again (`_settle`)."""
         if not is_one_data_line(raw):
             return
         for keys in (("content",), ("reasoning", "reasoning_content"), ("reasoning_content",), ("reasoning",)):
@@ -574,15 +579,17 @@ class ChatStreamRewriter(SseRewriter):
         if frame is None or _CONTENT_TEXT.search(frame.head) or _CONTENT_TEXT.search(frame.tail):
             return
         frame.channel = keys if frame.mid is None else None  # (mirrored: the channel's key order is the delta's)
-        self._quiet_frame = frame
         lane = quiet_lane(frame, self._echo, None if self._reasoning_field_known else b"reasoning")
         if self.laned is not None:  # (the text it passes is noted for remembering: `NotedEvents`)
             lane = noting_lane(lane, frame, _quiet_text(raw, keys))
-            self.laned.armed(*lane.noted_as)
-        self._direct = lane
+        if take:
+            self._quiet_frame = frame
+            if self.laned is not None:
+                self.laned.armed(*lane.noted_as)
+            self._direct = lane
         # (What passed quietly once passes so whenever the rewriter is idle: the conditions of
         # `_nothing_to_read` only grow weaker, a finish_reason after a call aside.)
-        self._quiet_kept = None if _FINISH.search(frame.head) or _FINISH.search(frame.tail) else (frame, self._direct)
+        self._quiet_kept = None if _FINISH.search(frame.head) or _FINISH.search(frame.tail) else (frame, lane)
 
     def _quiet_read(self, raw: bytes) -> bytes | None:
         """`raw` when it is an event of the quiet frame whose text may pass unread (what

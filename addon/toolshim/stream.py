@@ -391,6 +391,7 @@ class SseRewriter:
         self._taken = 0  # events read so far: the number of the one being read
         # Set by a subclass while its state lets whole reads pass when `_nothing_to_read`.
         self._passes_whole_reads = False
+        self._rest_untried = True  # (`_framed_rest_whole`: once a stream)
         self.lanes = LANES
         # Set (to a `NotedEvents`) by the caller that remembers the turn: the lanes that note
         # what they send (chat.py's `_args_read`, messages.py's `_block_read`, `noting_lane`)
@@ -623,11 +624,40 @@ class SseRewriter:
             whole = self._whole_read(data)
             if whole is not None:
                 return whole
+        events = self._framer.feed(data)
+        if self._rest_untried and len(events) > 2:
+            return self._framed_rest_whole(events)
         out: list[bytes] = []
-        for raw in self._framer.feed(data):
+        for raw in events:
             self._echo.took(raw)
             out += self._on_block_failing_open(raw)
         self._echo.gave(out)
+        return out
+
+    def _framed_rest_whole(self, events: list[bytes]) -> list[bytes]:
+        """`_framed`'s events, the first read of several that is framed (a stream's start, in
+        bursts, with the text after it): once whole reads pass, the rest of the read passes as
+        one when nothing in it needs a look, as a read of it alone would (`_whole_read`). Once a
+        stream: tried on every framed read, it cost the reads around markup more than it saved."""
+        self._rest_untried = False
+        out: list[bytes] = []
+        echo, given, last = self._echo, 0, len(events) - 2
+        for at, raw in enumerate(events):
+            echo.took(raw)
+            out += self._on_block_failing_open(raw)
+            if at < last and self._passes_whole_reads:
+                echo.gave(out[given:])
+                given = len(out)
+                if self._whole_reads_pass() and self._nothing_to_read(events[at + 1]):
+                    last = -1  # (the rest looked at once: linear in the read, whatever it holds)
+                    rest = b"".join(events[at + 1 :])
+                    if self._nothing_to_read(rest):
+                        echo.took(rest)
+                        out.append(rest)
+                        if self._direct_lane is None and self.lanes:
+                            self._passed_among(events[at + 1])
+                        break
+        echo.gave(out[given:])
         return out
 
     def _whole_reads_pass(self) -> bool:
@@ -786,6 +816,11 @@ class SseRewriter:
     def _passed_whole(self, data: bytes) -> None:
         """A read of whole events passed as it came (`_nothing_to_read`): a subclass may learn
         a lane from it."""
+
+    def _passed_among(self, event: bytes) -> None:
+        """`event` passed as it came among others, in a read of several (`_framed_rest_whole`):
+        a subclass may learn from it a lane to take up later, not now (a one-event lane would
+        only refuse the reads of several that follow, in bursts)."""
 
     def _on_block(self, raw: bytes) -> list[bytes]:
         raise NotImplementedError
