@@ -11,7 +11,7 @@ import openai
 import pytest
 from openai.lib.streaming.chat import ChatCompletionStreamState
 
-from harness import ScriptedUpstream, chat_completion, split_bytes, sse_body
+from harness import ScriptedUpstream, chat_chunk, chat_completion, split_bytes, sse_body
 from kimi import SEED_000, USAGE, kimi_chunks
 from wire import check_chat_stream
 
@@ -194,3 +194,19 @@ def test_a_flow_saved_live_is_not_rewritten_again_offline(upstream, unique_model
     assert again.response.content == live.response.content
     assert again.metadata == live.metadata
     assert (again.comment, again.marked) == (live.comment, live.marked)
+
+
+def test_plain_text_written_eight_events_a_write_passes_byte_for_byte(upstream, proxy, openai_client, unique_model):
+    """A stream's first write holds its start and the text after it (a fast upstream): the
+    addon reads the start and passes the rest as one piece (`_framed_rest_whole`). Through
+    mitmdump the body comes out byte for byte, and the SDK assembles the text."""
+    words = [f" word{n}," for n in range(60)]
+    events = [sse_body([chat_chunk(unique_model, role="assistant", content="")], done=False)]
+    events += [sse_body([chat_chunk(unique_model, content=word)], done=False) for word in words]
+    events += [sse_body([chat_chunk(unique_model, finish_reason="stop")], done=False), b"data: [DONE]\n\n"]
+    body = b"".join(events)
+    writes = [b"".join(events[at : at + 8]) for at in range(0, len(events), 8)]
+    assert raw_stream_once(upstream, proxy, unique_model, writes, delay=0.002) == body
+    upstream.add(unique_model + "-sdk", chunks=writes, delay=0.002)
+    stream = openai_client.chat.completions.create(model=unique_model + "-sdk", messages=MESSAGES, stream=True)
+    assert "".join(chunk.choices[0].delta.content or "" for chunk in stream if chunk.choices) == "".join(words)
