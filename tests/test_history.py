@@ -486,6 +486,8 @@ DELTA = re.compile(rb'_delta"|"delta":\s*\{"')
 
 
 def both_ways(api: str, body: bytes, monkeypatch) -> list:
+    """The turns of `body` read every event in full and read from steady bytes, in one window and
+    in windows of every few lines (`memory.WINDOW`): the same."""
     from toolshim import memory
 
     monkeypatch.setattr(memory, "STEADY", False)
@@ -493,6 +495,9 @@ def both_ways(api: str, body: bytes, monkeypatch) -> list:
     monkeypatch.setattr(memory, "STEADY", True)
     steady = turns_given(api, body)
     assert steady == full
+    for window in (0, 7, 100):
+        monkeypatch.setattr(memory, "WINDOW", window)
+        assert turns_given(api, body) == full, window
     return steady
 
 
@@ -506,6 +511,55 @@ def test_chat_turns_read_from_steady_bytes_are_the_turns_read_in_full(body):
 def test_messages_turns_read_from_steady_bytes_are_the_turns_read_in_full(body):
     with pytest.MonkeyPatch.context() as monkeypatch:
         both_ways(MESSAGES, body, monkeypatch)
+
+
+@pytest.mark.parametrize("line_end", [b"\n", b"\r\n", b"\r"])
+@pytest.mark.parametrize("api", [CHAT, MESSAGES, RESPONSES])
+def test_a_long_stream_is_remembered_in_windows_of_lines(api, line_end, monkeypatch):
+    """A stream longer than a window is read a window of lines at a time, cut after a LF (never
+    inside a CRLF; lines that end in CR alone are not cut): the same turns as read in one piece,
+    and no more than a window's lines held at once."""
+    from toolshim import memory
+
+    thought, answer = "Let me see. " * 700, "It is " + "done. " * 500
+    if api == CHAT:
+        events = [b'data: {"choices":[{"index":0,"delta":{"reasoning_content":' + orjson.dumps(thought[at : at + 4]) + b"}}]}" for at in range(0, len(thought), 4)]
+        events += [b'data: {"choices":[{"index":0,"delta":{"content":' + orjson.dumps(answer[at : at + 3]) + b"}}]}" for at in range(0, len(answer), 3)]
+        events.append(b"data: [DONE]")
+    elif api == MESSAGES:
+        def delta(index: int, kind: str, text: str) -> bytes:
+            return b"event: content_block_delta" + line_end + b"data: " + orjson.dumps({"type": "content_block_delta", "index": index, "delta": {"type": f"{kind}_delta", kind: text}})
+
+        events = [b"event: content_block_start" + line_end + b'data: {"type":"content_block_start","index":0,"content_block":{"type":"thinking","thinking":""}}']
+        events += [delta(0, "thinking", thought[at : at + 4]) for at in range(0, len(thought), 4)]
+        events.append(b"event: content_block_start" + line_end + b'data: {"type":"content_block_start","index":1,"content_block":{"type":"text","text":""}}')
+        events += [delta(1, "text", answer[at : at + 3]) for at in range(0, len(answer), 3)]
+    else:
+        item = {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": answer}]}
+        events = [b'data: {"type":"response.output_text.delta","delta":' + orjson.dumps(answer[at : at + 3]) + b"}" for at in range(0, len(answer), 3)]
+        events += [b"data: " + orjson.dumps({"type": "response.output_item.done", "output_index": 0, "item": item})]
+        events.append(b"data: " + orjson.dumps({"type": "response.completed", "response": {"output": [item]}}))
+    body = (line_end * 2).join(events) + line_end * 2
+    monkeypatch.setattr(memory, "WINDOW", len(body) + 1)
+    [whole] = turns_given(api, body)
+    assert whole.text == answer
+    if api != RESPONSES:
+        assert (whole.reasoning or {}).get("reasoning_content", "") == thought or thought in str(whole.reasoning)
+
+    held = []
+    lines = memory._lines
+    monkeypatch.setattr(memory, "_lines", lambda window: held.append(len(window)) or lines(window))
+    monkeypatch.setattr(memory, "WINDOW", 1000)
+    assert turns_given(api, body) == [whole]
+    if line_end == b"\r":
+        assert held == [len(body)]  # (no LF to cut after)
+    else:
+        longest = max(map(len, body.split(line_end))) + len(line_end)
+        assert len(held) > 5 and max(held) <= 1000 + longest  # a window and the rest of its last line
+    if api == CHAT:  # a run of steady events kept as one string, not a string an event
+        turns = memory._ChatTurns()
+        turns.read(body)
+        assert len(turns.choices[0]["reasoning_content"]) <= len(held) + 2 < len(thought) // 4  # (a piece a window at most)
 
 
 @pytest.mark.parametrize(
