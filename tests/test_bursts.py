@@ -361,49 +361,69 @@ def counting_reads(cls, monkeypatch: pytest.MonkeyPatch) -> dict:
 
 
 @pytest.mark.parametrize("lanes", [True, False])
-def test_a_chat_stream_s_first_read_passes_its_text_after_the_start_as_one(lanes, monkeypatch):
-    """In reads of eight, the first holds the role, the first text, and six more texts: the role
-    and the first text are read (whether the answer began decides where a `<think>` may open),
-    the other six go out as one piece, as they came. Nothing changed, nothing marked, and the
-    quiet lane is learned from them, kept for later (not taken: in bursts it would only refuse
-    each read of several)."""
+def test_a_chat_stream_s_first_read_passes_whole_with_its_start(lanes, monkeypatch):
+    """In reads of eight, a model whose start needs no reading (no reasoning pre-opened): the
+    first read, the role, the answer's first text and six more texts, goes out as one piece,
+    unread, and the answer counts as begun: a `<think>` after it is text, as the full path has
+    it. With the lanes on, a quiet lane is learned (from the events around the `<`)."""
     events = plain_chat(PLAIN_MODEL, PROSE, 1)
-    events.insert(12, chat_chunk(PLAIN_MODEL, {"content": " if x < y"}))  # (the second read is framed: no rest tried)
+    events.insert(12, chat_chunk(PLAIN_MODEL, {"content": " <think>no block</think> if x < y"}))
     context = RequestContext.from_body(json.dumps({"model": PLAIN_MODEL, "tools": [BASH_CHAT], "stream": True}).encode())
     counts = counting_reads(ChatStreamRewriter, monkeypatch)
     rewriter = ChatStreamRewriter(copy.deepcopy(context))
     rewriter.lanes = lanes
     first = rewriter.feed(b"".join(events[:8]))
-    assert first == [events[0], events[1], b"".join(events[2:8])]
-    assert counts == {"events": 2, "rest": 1}
-    assert rewriter._direct_lane is None and (rewriter._quiet_kept is not None) is lanes
+    assert first == [b"".join(events[:8])] and counts == {"events": 0, "rest": 0}
+    assert rewriter._content_started
     out = first + [piece for at in range(8, len(events), 8) for piece in rewriter.feed(b"".join(events[at : at + 8]))] + rewriter.close()
     assert b"".join(out) == b"".join(events) and not rewriter.changed and rewriter.failure is None
-    assert counts["rest"] == 1  # once a stream
+    assert counts["events"] == 8  # the read with the `<`, and no other
+    assert (rewriter._quiet_kept is not None) is lanes
     body = b"".join(events)
     check(CHAT, context, body, [events, [body[:1000], body[1000:3000], body[3000:]]], monkeypatch)
 
 
+def test_a_reasoning_stream_s_reads_pass_whole_once_the_answer_began(monkeypatch):
+    """Reasoning in its own field before the answer: its reads are read event by event (the quiet
+    lane serves the reads around a call's markup better, `_settle`); the answer's reads after it
+    pass whole."""
+    reasoning = [chat_chunk(PLAIN_MODEL, {"reasoning_content": p}) for p in pieces_of(PROSE, 2)]
+    answer = [chat_chunk(PLAIN_MODEL, {"content": p}) for p in pieces_of(PROSE, 3)]
+    events = [chat_chunk(PLAIN_MODEL, {"role": "assistant", "content": ""}), *reasoning, *answer, chat_chunk(PLAIN_MODEL, {}, "stop"), b"data: [DONE]\n\n"]
+    context = RequestContext.from_body(json.dumps({"model": PLAIN_MODEL, "tools": [BASH_CHAT], "stream": True}).encode())
+    counts = counting_reads(ChatStreamRewriter, monkeypatch)
+    rewriter = ChatStreamRewriter(copy.deepcopy(context))
+    rewriter.lanes = False
+    reads = [b"".join(events[at : at + 8]) for at in range(0, len(events), 8)]
+    out = [piece for read in reads for piece in rewriter.feed(read)] + rewriter.close()
+    assert b"".join(out) == b"".join(events) and not rewriter.changed
+    last_reasoning = len(reasoning)  # (its index in `events`)
+    read_one_by_one = 8 * (last_reasoning // 8 + 1)
+    assert read_one_by_one <= counts["events"] < read_one_by_one + 8 < len(events) - 8
+    check(CHAT, context, b"".join(events), [events], monkeypatch)
+
+
 def test_the_kept_quiet_lane_is_taken_up_after_a_block(monkeypatch):
-    """A Hermes stream whose first read passed its rest as one: after the block (a call), the
-    prose read one event a read passes by the quiet lane kept from that first read."""
+    """A Hermes stream whose reads of prose passed whole: after the block (a call), the prose
+    read one event a read passes by the quiet lane kept from the second of them."""
     model = "Qwen/Qwen2.5-72B-Instruct"
     block = '<tool_call>\n{"name": "bash", "arguments": {"command": "ls"}}\n</tool_call>'
-    pieces = ["Let", " me", " look", " at", " it", " first", ".", block, *pieces_of(" Then more words follow here.", 3)]
+    prose = ["Let", " me", " look", " at", " it", " first", ".", " Then", " a", " few", " more", " words", " come", " here", "."]
+    pieces = [*prose, block, *pieces_of(" Then more words follow here.", 3)]
     events = [chat_chunk(model, {"role": "assistant", "content": ""}), *(chat_chunk(model, {"content": p}) for p in pieces),
               chat_chunk(model, {}, "stop"), b"data: [DONE]\n\n"]  # fmt: skip
     context = RequestContext.from_body(json.dumps({"model": model, "tools": [BASH_CHAT], "stream": True}).encode())
     rewriter = ChatStreamRewriter(copy.deepcopy(context))
-    out = rewriter.feed(b"".join(events[:8]))
+    out = rewriter.feed(b"".join(events[:8])) + rewriter.feed(b"".join(events[8:16]))
     kept = rewriter._quiet_kept
-    assert kept is not None and rewriter._direct_lane is None and len(out) == 3
-    rest = events[8:]
+    assert kept is not None and rewriter._direct_lane is None and len(out) == 2
+    rest = events[16:]
     at = 2  # the block, and the event after it
     assert rest[0] == chat_chunk(model, {"content": block})
     for event in rest[:at]:
         out += rewriter.feed(event)
     assert kept[1] is not None and rewriter._direct_lane is kept[1] and b'"name":"bash"' in b"".join(out)
-    check(CHAT, context, b"".join(events), [[b"".join(events[:8]), *rest]], monkeypatch)
+    check(CHAT, context, b"".join(events), [[b"".join(events[:8]), b"".join(events[8:16]), *rest]], monkeypatch)
 
 
 @pytest.mark.parametrize("markup", ["<think>", "[TOOL_CALLS]", "\\u003ctool_call>"])
