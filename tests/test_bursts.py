@@ -404,26 +404,31 @@ def test_a_reasoning_stream_s_reads_pass_whole_once_the_answer_began(monkeypatch
 
 
 def test_the_kept_quiet_lane_is_taken_up_after_a_block(monkeypatch):
-    """A Hermes stream whose reads of prose passed whole: after the block (a call), the prose
-    read one event a read passes by the quiet lane kept from the second of them."""
+    """A Hermes stream's prose read one event a read teaches the quiet lane; the block (a call)
+    is read in full, which drops the lane; after it the prose passes by the lane kept, taken up
+    again without learning it anew. Its first read, of eight events, passed whole: no lane is
+    learned from a read of several (in bursts a one-event lane would only refuse each read)."""
     model = "Qwen/Qwen2.5-72B-Instruct"
     block = '<tool_call>\n{"name": "bash", "arguments": {"command": "ls"}}\n</tool_call>'
-    prose = ["Let", " me", " look", " at", " it", " first", ".", " Then", " a", " few", " more", " words", " come", " here", "."]
+    prose = ["Let", " me", " look", " at", " it", " first", ".", " Then", " a", " few", " more", " words", "."]
     pieces = [*prose, block, *pieces_of(" Then more words follow here.", 3)]
     events = [chat_chunk(model, {"role": "assistant", "content": ""}), *(chat_chunk(model, {"content": p}) for p in pieces),
               chat_chunk(model, {}, "stop"), b"data: [DONE]\n\n"]  # fmt: skip
     context = RequestContext.from_body(json.dumps({"model": model, "tools": [BASH_CHAT], "stream": True}).encode())
     rewriter = ChatStreamRewriter(copy.deepcopy(context))
-    out = rewriter.feed(b"".join(events[:8])) + rewriter.feed(b"".join(events[8:16]))
-    kept = rewriter._quiet_kept
-    assert kept is not None and rewriter._direct_lane is None and len(out) == 2
-    rest = events[16:]
-    at = 2  # the block, and the event after it
-    assert rest[0] == chat_chunk(model, {"content": block})
-    for event in rest[:at]:
+    out = rewriter.feed(b"".join(events[:8]))
+    assert out == [b"".join(events[:8])] and rewriter._quiet_kept is None and rewriter._direct_lane is None
+    for event in events[8:14]:
         out += rewriter.feed(event)
-    assert kept[1] is not None and rewriter._direct_lane is kept[1] and b'"name":"bash"' in b"".join(out)
-    check(CHAT, context, b"".join(events), [[b"".join(events[:8]), b"".join(events[8:16]), *rest]], monkeypatch)
+    kept = rewriter._quiet_kept
+    assert kept is not None and rewriter._direct_lane is kept[1]
+    rest = events[14:]
+    assert rest[0] == chat_chunk(model, {"content": block})
+    out += rewriter.feed(rest[0])
+    assert rewriter._direct_lane is not kept[1] and b'"name":"bash"' in b"".join(out)
+    out += rewriter.feed(rest[1])  # (the event after the block: the rewriter idle again)
+    assert rewriter._quiet_kept is kept and rewriter._direct_lane is kept[1]
+    check(CHAT, context, b"".join(events), [[b"".join(events[:8]), *events[8:]]], monkeypatch)
 
 
 @pytest.mark.parametrize("markup", ["<think>", "[TOOL_CALLS]", "\\u003ctool_call>"])

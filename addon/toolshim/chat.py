@@ -567,11 +567,7 @@ class ChatStreamRewriter(SseRewriter):
     def _passed_whole(self, raw: bytes) -> None:
         self._quiet_run += 1
         if self._quiet_run in (2, 16):  # a run of quiet events: worth a frame
-            end = raw.find(b"\n\n") + 2
-            if end == len(raw):
-                self._learn_quiet(raw)
-            else:  # a read of several: its lane kept for later (in bursts a one-event lane only refuses each read)
-                self._passed_among(raw[:end])
+            self._learn_quiet(raw)
 
     def _passed_among(self, event: bytes) -> None:
         if self._quiet_kept is None:
