@@ -3,7 +3,7 @@ does not move with the machine's load, for comparing two versions of the code (t
 timings move by a third from run to run; an instruction count moves by about 1%, with Python's
 hash seed). Not a target row: an A/B tool.
 
-    .venv/bin/python bench/instructions.py [KIND ...] [--reads N] [--hooks] [--cold] [--set NAME=VALUE]
+    .venv/bin/python bench/instructions.py [KIND ...] [--reads N] [--hooks] [--cold] [--set NAME=VALUE] [--no-gc]
 
 KIND: the end-to-end bench's streams (bench/e2e.py): plain, kimi, sentinel, xml, responses,
 messages-plain, messages-kimi (default: all). `--reads N`: events per network read (default 8, as
@@ -12,9 +12,12 @@ in bursts; 1 as paced). `--hooks`: each flow goes through the addon's mitmproxy 
 response), which adds what a flow costs the addon besides its events (and the making of those test
 flows, the same for any version). `--set NAME=VALUE` (with `--hooks` or `--cold`; again for more):
 an option of the addon for the flows, e.g. `toolshim_request_repairs=off`, which leaves remembering
-the turn out (a quarter of the Kimi flows' `--cold` cycles). Each stream is 8 flows of about 200
-events, fed through a fresh rewriter each and closed; the count is that of two passes less that of
-none (start-up, imports and a warm-up pass cancel out), per flow. Needs valgrind (Debian's
+the turn out (a quarter of the Kimi flows' `--cold` cycles). `--no-gc`: the garbage collector
+off in the runs counted: where it runs moves with every allocation a change adds or takes away,
+and a full collection in one version's passes and not the other's moves the count by 1-3%. Each
+stream is 8 flows of about 200 events, fed through a fresh rewriter each and closed; the count is
+that of two passes less that of none (start-up, imports and a warm-up pass cancel out), per
+flow. Needs valgrind (Debian's
 package). To compare an older version, point PYTHONPATH at its `addon/`
 (`git worktree add /tmp/old REV`).
 
@@ -33,6 +36,7 @@ last-level miss (about a minute a stream on two cores).
 
 from __future__ import annotations
 
+import gc
 import operator
 import os
 import re
@@ -47,11 +51,14 @@ COLD_FLOWS = 4  # (each read simulated cold costs about a millisecond of valgrin
 CACHES = ["--cache-sim=yes", "--I1=32768,8,64", "--D1=32768,8,64", "--LL=524288,8,64"]
 COLD_EVENTS = ("Ir", "I1mr", "D1mr", "D1mw", "ILmr", "DLmr", "DLmw")
 OPTIONS = "TOOLSHIM_INSTRUCTIONS_SET"  # (`--set`, to the runs under valgrind: one NAME=VALUE a line)
+NO_GC = "TOOLSHIM_INSTRUCTIONS_NO_GC"  # (`--no-gc`, to the runs under valgrind)
 
 
 def feed(kind_name: str, reads: int, passes: int, hooks: bool, cold: str = "") -> None:
     """(Run under valgrind.) Rewrite the kind's flows: one warm-up pass, then `passes`. `cold`:
     "addon" or "identity" (the stream callable replaced), each read of the passes cold."""
+    if os.environ.get(NO_GC):
+        gc.disable()
     sys.path.insert(0, str(BENCH))
     import core
     import e2e
@@ -199,6 +206,9 @@ def main(argv: list[str]) -> int:
     hooks = "--hooks" in argv
     if hooks:
         argv.remove("--hooks")
+    if "--no-gc" in argv:
+        argv.remove("--no-gc")
+        os.environ[NO_GC] = "1"
     cold = "--cold" in argv
     if cold:
         argv.remove("--cold")

@@ -371,10 +371,11 @@ class ChatStreamRewriter(SseRewriter):
         the next events may take the fast path."""
         self._idle = self._all_idle() and not (self._context.parse_error_chunk and self.stats.problems)
         # Whole reads pass while idle (`_nothing_to_read`), but in reasoning before the answer:
-        # there Kimi's calls come every few dozen events, and the reads around them are read
-        # event by event at less cost with the quiet lane, learned from events read one by one
-        # (bench/instructions.py --cold: a Kimi flow in bursts 3% more with its plain reads of
-        # reasoning passed whole; a plain flow 20% less with the answer's start passed whole).
+        # there Kimi's calls come every few dozen events, and a read with markup is read event by
+        # event, its marker's event at less cost with a quiet frame (`_quiet_markup`), which is
+        # learned from events passed one by one only (bench/instructions.py --cold: a Kimi flow
+        # in bursts 3% more with its plain reads of reasoning passed whole; a plain flow 20%
+        # less with the answer's start passed whole).
         self._passes_whole_reads = self._idle and (self._content_started or not self._reasoning_field_known)
         if self._idle and self._quiet_kept is not None and self._quiet_frame is None and self.lanes:
             self._quiet_frame, self._direct = self._quiet_kept
