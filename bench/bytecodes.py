@@ -87,14 +87,18 @@ def main(argv: list[str]) -> int:
         print(__doc__)
         return 0
     top, lines_of, show_reads = 25, "", False
-    if "--top" in argv:
-        at = argv.index("--top")
-        top = int(argv[at + 1])
-        del argv[at : at + 2]
-    if "--lines" in argv:
-        at = argv.index("--lines")
-        lines_of = argv[at + 1]
-        del argv[at : at + 2]
+    for option in ("--top", "--lines"):
+        if option in argv:
+            at = argv.index(option)
+            value = argv[at + 1] if at + 1 < len(argv) else ""
+            if not value or (option == "--top" and not value.isdigit()):
+                print(f"{option} needs a value: {'--top N (a number)' if option == '--top' else '--lines FUNCTION'}", file=sys.stderr)
+                return 2
+            del argv[at : at + 2]
+            if option == "--top":
+                top = int(value)
+            else:
+                lines_of = value
     if "--reads" in argv:
         argv.remove("--reads")
         show_reads = True
