@@ -20,7 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from test_fuzz import by_event
-from test_lanes import BASH_CHAT, chat_chunk, check, pieces_of
+from test_lanes import BASH_CHAT, chat_chunk, check, pieces_of, rewrite
 from toolshim.apis import CHAT, MESSAGES
 from toolshim.bodies import plain_bodies
 from toolshim.chat import ChatStreamRewriter
@@ -258,6 +258,25 @@ def test_a_call_s_arguments_in_bursts_are_the_full_path_s(name, max_held, monkey
             for choice in orjson.loads(event[6:])["choices"] for call in choice["delta"].get("tool_calls", [])
         )  # fmt: skip
         assert orjson.loads(arguments) == orjson.loads('{"command": "' + ARGUMENTS + '"}')
+
+
+@pytest.mark.parametrize("size", [2, 3, 4, 8])
+def test_a_burst_is_offered_only_reads_of_four_events_or_more(size, monkeypatch):
+    """A burst costs a few calls whatever the read holds: reads of two or three events go through
+    the lane event by event (`stream.BURST_MIN_EVENTS`, told by the size of a read's first
+    event), reads of four or more are offered to the burst. The bytes are the full path's."""
+    api, where, extra = STREAMS["chat: content"]
+    context, body = kimi_stream(api, where, extra)
+    events = by_event(body)
+    reads = [b"".join(events[at : at + size]) for at in range(0, len(events), size)]
+    check(api, context, body, [reads], monkeypatch)
+    taken = counting_bursts(api, monkeypatch)
+    out, rewriter = rewrite(api, context, reads, True, monkeypatch)
+    assert rewriter.failure is None and b'"tool_calls"' in out
+    if size < 4:
+        assert taken == []
+    else:
+        assert len([made for made in taken if made is not None]) >= 10
 
 
 def _with_max_held(init, max_held: int):
