@@ -17,9 +17,8 @@ off in the runs counted: where it runs moves with every allocation a change adds
 and a full collection in one version's passes and not the other's moves the count by 1-3%. Each
 stream is 8 flows of about 200 events, fed through a fresh rewriter each and closed; the count is
 that of two passes less that of none (start-up, imports and a warm-up pass cancel out), per
-flow. Needs valgrind (Debian's
-package). To compare an older version, point PYTHONPATH at its `addon/`
-(`git worktree add /tmp/old REV`).
+flow. Needs valgrind (Debian's package). To compare an older version, point PYTHONPATH at its
+`addon/` (`git worktree add /tmp/old REV`).
 
 `--cold`: what a flow's reads cost when each begins with cold caches, as inside a busy mitmdump,
 where each read of a stream comes after mitmproxy's own work for other reads (about 0.5 ms, bursts
