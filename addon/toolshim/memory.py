@@ -276,9 +276,32 @@ def _sse_data(body: bytes, wanted: re.Pattern[bytes] | None = None) -> Iterable[
                 continue
 
 
-def _unsteady_events(body: bytes, steady: SteadyDeltas | None) -> Iterable[tuple[bytes, Any]]:
+def _unsteady_events(body: bytes, steady: SteadyDeltas | None, learn: bool = True) -> Iterable[tuple[bytes, Any]]:
     """Each data line that `steady` did not take, with its JSON (lines that are none, `[DONE]`
-    among them, are skipped). Lazy: what the caller learns from one line serves the next."""
+    among them, are skipped). Lazy: what the caller learns from one line serves the next
+    (`learn`: the caller may learn frames)."""
+    if not (learn or (steady is not None and steady.knows_frames)):
+        # Nothing to take nor to learn: every data line read, at once (a stretch between a
+        # lane's events is most often one to three events: a generator's machinery and a look
+        # for frames cost more than reading them did).
+        return _data_events(body)
+    return _unsteady_events_lazily(body, steady)
+
+
+def _data_events(body: bytes) -> list[tuple[bytes, Any]]:
+    """Each data line of `body` with its JSON, in order (not JSON, `[DONE]` among them: left out)."""
+    events = []
+    for window in (body,) if len(body) <= WINDOW else _windows(body):
+        for line in _lines(window):
+            if line[:5] == b"data:" and line != b"data: [DONE]":  # (the end told apart: an error costs a message)
+                try:
+                    events.append((line, orjson.loads(line[5:])))
+                except orjson.JSONDecodeError:
+                    continue
+    return events
+
+
+def _unsteady_events_lazily(body: bytes, steady: SteadyDeltas | None) -> Iterator[tuple[bytes, Any]]:
     for window in _windows(body):  # (`_windows`: a long stream's lines not all held at once)
         lines = list(filter(None, _lines(window)))  # (without the blank lines, in C)
         at, count = 0, len(lines)
@@ -338,6 +361,10 @@ class SteadyDeltas:
 
     def __init__(self) -> None:
         self._frames: list[tuple[Frame, tuple[list[str], ...]]] = []  # the newest first
+
+    @property
+    def knows_frames(self) -> bool:
+        return bool(self._frames)
 
     def take(self, lines: list[bytes], at: int) -> int:
         """The lines from `at` on that are events of learned frames (their pieces added) or no
@@ -477,22 +504,31 @@ class _ChatTurns:
     def read(self, body: bytes, learn: bool = True) -> None:
         """`body`'s events added; `learn`: their frames learned as well (`SteadyDeltas`)."""
         choices, steady = self.choices, self.steady
-        for line, chunk in _unsteady_events(body, steady):
-            if not isinstance(chunk, dict):
+        learn = learn and steady is not None
+        # (Types told by `type(...) is`: what orjson makes is never a subclass.)
+        for line, chunk in _unsteady_events(body, steady, learn):
+            if type(chunk) is not dict:
                 continue
-            if learn and steady is not None:
+            if learn:
                 _learn_chat(steady, line, chunk, choices)
-            for choice in _dicts(chunk.get("choices")):
-                delta = choice.get("delta")
-                if not isinstance(delta, dict):
+            listed = chunk.get("choices")
+            if type(listed) is not list:
+                continue
+            for choice in listed:
+                if type(choice) is not dict or type(delta := choice.get("delta")) is not dict:
                     continue
-                acc = self._choice(choice.get("index", 0))
-                for name in _CHAT_TEXTS:
-                    if isinstance(delta.get(name), str):
-                        acc[name].append(delta[name])
-                if isinstance(delta.get("reasoning_details"), list):
-                    _merge_details(acc["details"], delta["reasoning_details"])
-                for entry in _dicts(delta.get("tool_calls")):
+                index = choice.get("index", 0)
+                acc = choices.get(index) or self._choice(index)
+                for name in _CHAT_TEXT_KEYS & delta.keys():  # (most deltas hold one or two)
+                    if type(text := delta[name]) is str:
+                        acc[name].append(text)
+                if type(details := delta.get("reasoning_details")) is list:
+                    _merge_details(acc["details"], details)
+                if type(calls := delta.get("tool_calls")) is not list:
+                    continue
+                for entry in calls:
+                    if type(entry) is not dict:
+                        continue
                     call = acc["calls"].setdefault(entry.get("index", len(acc["calls"])), ([], [], []))
                     function = entry.get("function") if isinstance(entry.get("function"), dict) else {}
                     for pieces, piece in zip(call, (entry.get("id"), function.get("name"), function.get("arguments"))):
@@ -522,6 +558,7 @@ class _ChatTurns:
 
 
 _CHAT_TEXTS = ("reasoning_content", "reasoning", "content")
+_CHAT_TEXT_KEYS = frozenset(_CHAT_TEXTS)
 # Off: every event is read in full (tests compare both).
 STEADY = True
 
@@ -636,8 +673,9 @@ class _MessagesContent:
     def read(self, body: bytes, learn: bool = True) -> None:
         """`body`'s events added; `learn`: their frames learned as well (`SteadyDeltas`)."""
         blocks, pieces, steady = self.blocks, self.pieces, self.steady
-        for line, event in _unsteady_events(body, steady):
-            if not isinstance(event, dict):
+        learn = learn and steady is not None
+        for line, event in _unsteady_events(body, steady, learn):
+            if type(event) is not dict:
                 continue
             kind, index = event.get("type"), event.get("index")
             if kind == "content_block_start" and isinstance(event.get("content_block"), dict):
@@ -650,7 +688,7 @@ class _MessagesContent:
                 names = [name for name in _MESSAGES_TEXTS if isinstance(delta.get(name), str)]
                 for name in names:
                     texts.setdefault(name, []).append(delta[name])
-                if learn and steady is not None and len(names) == 1:
+                if learn and len(names) == 1:
                     steady.learn(line, (names[0],), {**event, "delta": {**delta, names[0]: "\x01"}}, (texts[names[0]],))
 
     def add(self, call: tuple[Any, ...], bodies: list[bytes]) -> None:
