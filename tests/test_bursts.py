@@ -109,6 +109,12 @@ def test_plain_bodies_takes_the_plain_escapes_and_refuses_the_rest():
     assert plain_bodies(b"".join(event_of(frame, body) for body in taken), frame) == taken
     for odd in (b"\\/", b"\\u0041", b"a<b", b"\xc3\xa9", b"\\", b"a\\\\\\", b"\x7f"):
         assert plain_bodies(event_of(frame, b"ok") + event_of(frame, odd), frame) is None, odd
+    # A body that holds the bytes between the two copies (a bare quote: no plain body) is no two
+    # events of plain bodies, though it cuts into four equal pieces.
+    assert plain_bodies(event_of(frame, b"ok") + event_of(frame, b"a" + frame.mid + b"a"), frame) is None
+    for name, other in FRAMES.items():  # an event of another frame of the same shape: its bytes around the body differ
+        assert b'"index"' in other.head, name
+        assert plain_bodies(event_of(other, b"ok") + event_of(other, b"ok").replace(b'"index"', b'"indey"'), other) is None, name
 
 
 def lexer_in_arguments(max_held: int) -> KimiLexer:

@@ -37,9 +37,17 @@ def plain_bodies(data: bytes, frame: Any) -> list[bytes] | None:
     count, odd = divmod(len(lines) - 1, step)
     if odd or not count:
         return None
-    bodies = list(map(getitem, lines[first : count * step : step], repeat(body)))  # (each sliced in C)
-    if mid is not None:  # the first copy: half of what is left without the bytes between the two
-        bodies = [both[: (len(both) - len(mid)) >> 1] for both in bodies]
+    strings = list(map(getitem, lines[first : count * step : step], repeat(body)))  # (each sliced in C)
+    bodies = strings
+    if mid is not None:
+        # Each a body, `mid` and the body again: cut at every `mid` (joined by one), every second
+        # piece is a first copy, each followed by its second. As many pieces as twice the
+        # events: no more `mid` than one an event (a plain body holds none: it has a bare quote).
+        # (Half of each by its length, and the events made again of both copies, cost twice that.)
+        copies = mid.join(strings).split(mid)
+        bodies = copies[::2]
+        if len(copies) != 2 * len(strings) or copies[1::2] != bodies:
+            return None
     # Whatever the lines were, the read is these events exactly when it is made of them again,
     # each body plain by itself (none empty; apart, an escape cut short at a body's end shows).
     if not all(bodies):
@@ -49,8 +57,7 @@ def plain_bodies(data: bytes, frame: Any) -> list[bytes] | None:
         joined = _ESCAPES.sub(b"", joined)
     if joined.translate(None, _PLAIN_BYTES) != b"\x00" * (len(bodies) - 1):
         return None  # (left: what is no plain byte, and the NULs between the bodies)
-    events = bodies if mid is None else map(b"".join, zip(bodies, repeat(mid), bodies))
-    if head + (tail + head).join(events) + tail != data:
+    if head + (tail + head).join(strings) + tail != data:
         return None
     return bodies
 
