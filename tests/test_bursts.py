@@ -428,6 +428,105 @@ def test_a_reasoning_stream_s_reads_pass_whole_once_the_answer_began(monkeypatch
     check(CHAT, context, b"".join(events), [events], monkeypatch)
 
 
+def counting_quiet_bursts(monkeypatch: pytest.MonkeyPatch) -> list:
+    """What each quiet lane's burst was offered and sent (None: not taken), from now on: (the
+    read, what went out)."""
+    from toolshim import chat, stream
+
+    offered = []
+
+    def counted_lane(*args, **kwargs):
+        lane = stream.quiet_lane(*args, **kwargs)
+        burst, read_bodies = lane.burst, lane.read_bodies
+
+        def counting(rewriter, data):  # (the burst of a lane that notes nothing)
+            out = burst(rewriter, data)
+            offered.append((data, out))
+            return out
+
+        def counting_bodies(data):  # (what a noting lane's burst reads: `noting_lane`)
+            bodies = read_bodies(data)
+            offered.append((data, None if bodies is None else [data]))
+            return bodies
+
+        lane.burst, lane.read_bodies = counting, counting_bodies
+        return lane
+
+    monkeypatch.setattr(chat, "quiet_lane", counted_lane)
+    return offered
+
+
+def reasoning_then_call(fields: tuple[str, ...], reasoning: str) -> tuple[RequestContext, list[bytes]]:
+    """A Kimi turn: reasoning in its own field(s) before the answer, then a call in it."""
+    context = RequestContext.from_body(json.dumps({"model": KIMI, "tools": [BASH_CHAT], "stream": True}).encode())
+    pieces = [*pieces_of(reasoning, 6), *OPEN_CALL, *pieces_of('ls -la /tmp"}', 7), *CLOSE_CALL[1:]]
+    events = [chat_chunk(KIMI, {"role": "assistant", "content": ""}), *(chat_chunk(KIMI, dict.fromkeys(fields, p)) for p in pieces)]
+    return context, [*events, chat_chunk(KIMI, {}, "tool_calls"), b"data: [DONE]\n\n"]
+
+
+REASONING = "I should list the files first, then look at each: a tab\there, a quote \" and more words. " * 6
+
+
+@pytest.mark.parametrize("fields", [("reasoning_content",), ("reasoning", "reasoning_content")])
+def test_reasoning_before_the_answer_in_bursts_passes_by_the_quiet_lane_s_burst(fields, monkeypatch):
+    """Reasoning in its own field before the answer, in reads of 2 to 9 events: a read of plain
+    reasoning events of the quiet frame goes out as it came, at once (the lane's burst), and the
+    bytes are the full path's, lanes on and off; a `[` in a read (a marker may begin) sends that
+    read through the lane event by event."""
+    text = REASONING + " a [bracket] here. " + REASONING
+    context, events = reasoning_then_call(fields, text)
+    offered = counting_quiet_bursts(monkeypatch)
+    body = b"".join(events)
+    check(CHAT, context, body, [[b"".join(events[at : at + size]) for at in range(0, len(events), size)] for size in range(2, 10)], monkeypatch)
+    del offered[:]
+    reads = [b"".join(events[at : at + 8]) for at in range(0, len(events), 8)]
+    out, rewriter = rewrite(CHAT, context, reads, True, monkeypatch)
+    assert rewriter.failure is None and b'"tool_calls"' in out
+    taken = [data for data, sent in offered if sent is not None]
+    assert len(taken) >= 10 and all(sent == [data] for data, sent in offered if sent is not None)
+    def bracketed(data: bytes) -> bool:
+        return any("[" in "".join(delta.values()) for delta in (orjson.loads(event[6:])["choices"][0]["delta"] for event in by_event(data)))
+
+    assert any(bracketed(data) for data, sent in offered if sent is None)  # (the bracket's read, refused)
+    assert not any(bracketed(data) for data in taken)
+    assert not rewriter._content_started  # (the reasoning came before any answer: no whole reads)
+
+
+@pytest.mark.parametrize("fields", [("reasoning_content",), ("reasoning", "reasoning_content")])
+def test_a_quiet_burst_s_events_are_noted_and_remembered_as_read_again(fields, monkeypatch):
+    """Through the stream callable in reads of eight, remembered at the terminal event: each
+    read a quiet lane's burst passed is noted as one piece with its events' bodies, and the turn
+    remembered from the notes is the turn read again."""
+    from test_history import remembered_through_the_stream
+
+    context, events = reasoning_then_call(fields, REASONING * 2)
+    offered = counting_quiet_bursts(monkeypatch)
+    fed, read_again, from_notes = remembered_through_the_stream(context, [b"".join(events[at : at + 8]) for at in range(0, len(events), 8)], CHAT)
+    assert fed == read_again and fed[0].calls and fed[0].reasoning
+    taken = [data for data, sent in offered if sent is not None]
+    assert len(taken) >= 10 and all(data.count(b"\n\n") == 8 for data in taken)
+    assert from_notes >= 8 * len(taken)  # (each read noted as one piece, with its events' bodies)
+
+
+def test_a_quiet_burst_naming_the_reasoning_field_is_read_event_by_event(monkeypatch):
+    """Until a Chat stream's reasoning field is known, a read whose text names it (`"reasoning`)
+    is no quiet burst: its events go one by one and learn the field, as the full path does."""
+    context = RequestContext.from_body(json.dumps({"model": KIMI, "tools": [BASH_CHAT], "stream": True}).encode())
+    pieces = [*pieces_of("Plain words come first here. " * 4, 5), "then ", '"reasoning', '" is', " named. ", *pieces_of("More plain words follow. " * 8, 6)]
+    events = [chat_chunk(KIMI, {"role": "assistant", "content": ""}), *(chat_chunk(KIMI, {"content": p}) for p in pieces)]
+    events += [chat_chunk(KIMI, {}, "stop"), b"data: [DONE]\n\n"]
+    reads = [*events[:12], *(b"".join(events[at : at + 8]) for at in range(12, len(events), 8))]  # (a quiet lane learned first)
+    offered = counting_quiet_bursts(monkeypatch)
+    learned, sent = {}, {}
+    for lanes in (False, True):
+        rewriter = ChatStreamRewriter(copy.deepcopy(context))
+        rewriter.lanes = lanes
+        sent[lanes] = b"".join(b"".join(rewriter.feed(read)) for read in reads)
+        learned[lanes] = rewriter._reasoning_field_known
+    assert learned == {False: True, True: True} and sent[True] == sent[False] == b"".join(events)
+    assert any(out is None and b'\\"reasoning' in data for data, out in offered)
+
+
 def test_the_kept_quiet_lane_is_taken_up_after_a_block(monkeypatch):
     """A Hermes stream's prose read one event a read teaches the quiet lane; the block (a call)
     is read in full, which drops the lane; after it the prose passes by the lane kept, taken up

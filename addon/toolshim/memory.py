@@ -208,7 +208,7 @@ def _noted_stretches(pieces: list[bytes], noted: NotedEvents) -> Iterator[tuple[
     run of `noted` in a row, (None, the pieces) for the rest. (A run's events are most often all
     in a row: told at once, in C.)"""
     notes = list(noted)  # (a list subclass indexes through a slower path)
-    runs = noted.runs
+    runs, several = noted.runs, noted.several
     ends = [first for first, *_ in runs[1:]]
     ends.append(len(notes))
     at, count = 0, len(pieces)
@@ -228,7 +228,12 @@ def _noted_stretches(pieces: list[bytes], noted: NotedEvents) -> Iterator[tuple[
                 while k + size < end and found + size < count and pieces[found + size] is notes[k + size]:
                     size += 1
             events = pieces[found : found + size]
-            yield (None, events) if call is None else (call, _bodies(events, head, tail, mid))
+            if call is None:
+                yield None, events
+            elif several and not several.keys().isdisjoint(range(k, k + size)):
+                yield call, _bodies_with_several(events, k, several, head, tail, mid)
+            else:
+                yield call, _bodies(events, head, tail, mid)
             at, k = found + size, k + size
         else:
             continue
@@ -246,6 +251,16 @@ def _bodies(events: list[bytes], head: bytes, tail: bytes, mid: bytes | None) ->
         return list(map(getitem, events, repeat(slice(start, -len(tail)))))  # (in C)
     fixed = start + len(mid) + len(tail)
     return [event[start : start + (len(event) - fixed) // 2] for event in events]
+
+
+def _bodies_with_several(events: list[bytes], first: int, several: dict[int, list[bytes]], head: bytes, tail: bytes, mid: bytes | None) -> list[bytes]:
+    """`_bodies` of a run of notes from note `first` on, some of them reads of several events
+    (`NotedEvents.several`: their bodies, as the lane found them)."""
+    bodies: list[bytes] = []
+    for at, event in enumerate(events, first):
+        found = several.get(at)
+        bodies += found if found is not None else _bodies([event], head, tail, mid)
+    return bodies
 
 
 def _dicts(value: Any) -> list[dict]:

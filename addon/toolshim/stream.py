@@ -25,6 +25,7 @@ from typing import Any
 
 import orjson
 
+from .bodies import plain_bodies
 from .calls import RewriteStats
 from .lexers import MARKUP_STARTS
 from .lexers.base import ChainLexer, Lexer, Segment
@@ -203,8 +204,26 @@ def quiet_lane(frame: Frame, echo: EchoCheck, refuse: bytes | None = None) -> Di
             return None
         return [data]
 
+    def read_bodies(data: bytes) -> list[bytes] | None:
+        # A read of several events of the frame (`_feed_read`'s burst), each passing as `plain_body`
+        # lets it: plain bodies (no line end, `<`, `\u` escape nor bare quote), none with a `[`
+        # nor (anywhere) `refuse`: their bodies. Reasoning in its own field, in bursts, before the
+        # answer (whole reads pass only once it began: `ChatStreamRewriter._settle`).
+        bodies = plain_bodies(data, frame)
+        if bodies is None:
+            return None
+        joined = b"".join(bodies)
+        if 91 in joined or (refuse is not None and joined.find(refuse) >= 0):
+            return None
+        return bodies
+
+    def burst(_rewriter: SseRewriter, data: bytes) -> list[bytes] | None:
+        return None if read_bodies(data) is None else [data]
+
     lane = direct if frame.mid is None else mirrored
     lane.waits_for = echo  # type: ignore[attr-defined]
+    lane.burst = burst  # type: ignore[attr-defined]
+    lane.read_bodies = read_bodies  # type: ignore[attr-defined]
     return lane
 
 
@@ -339,8 +358,9 @@ def _latest_fields(fields: bytes) -> bytes:
 
 class NotedEvents(list):
     """The events lanes sent, noted for remembering the turn (memory.py) without reading them
-    again: the very bytes objects a lane returned, one whole event each, in the order sent, and
-    what each run of them adds to (`runs`). Remembering walks what the client got and takes a
+    again: the very bytes objects a lane returned, one whole event each (or a read of several
+    events a quiet lane's burst passed, its bodies in `several`), in the order sent, and what each
+    run of them adds to (`runs`). Remembering walks what the client got and takes a
     piece as noted only when it *is* (by identity) the next noted one: whatever else went out
     around it (events the full path rendered, a read joined, a stream failed) is read again, so a
     note can make remembering cheaper but never different. The notes hold the objects alive, so
@@ -351,11 +371,19 @@ class NotedEvents(list):
     between its two copies for mirrored fields, else None). A lane that notes is armed first
     (`armed`)."""
 
-    __slots__ = ("runs",)
+    __slots__ = ("runs", "several")
 
     def __init__(self) -> None:
         super().__init__()
         self.runs: list[tuple[int, tuple[Any, ...] | None, bytes, bytes, bytes | None]] = []
+        # Notes that are a read of several events (a quiet lane's burst), by their index: the
+        # string bodies of its events, as the lane found them.
+        self.several: dict[int, list[bytes]] = {}
+
+    def note_several(self, read: bytes, bodies: list[bytes]) -> None:
+        """`read`, several events of the armed lane's frame whose bodies are `bodies`, sent as one piece."""
+        self.several[len(self)] = bodies
+        self.append(read)
 
     def armed(self, call: tuple[Any, ...] | None, head: bytes, tail: bytes, mid: bytes | None = None) -> None:
         """A lane that notes what it sends was armed (or taken up again): the events noted from
@@ -378,6 +406,17 @@ def noting_lane(lane: Direct, frame: Frame, call: tuple[Any, ...] | None) -> Dir
 
     noting.waits_for = lane.waits_for  # type: ignore[attr-defined]
     noting.noted_as = (call, frame.head, frame.tail, frame.mid)  # type: ignore[attr-defined]
+    read_bodies = getattr(lane, "read_bodies", None)
+    if read_bodies is not None:
+
+        def noting_burst(rewriter: SseRewriter, data: bytes) -> list[bytes] | None:
+            bodies = read_bodies(data)
+            if bodies is None:
+                return None
+            rewriter.laned.note_several(data, bodies)  # (the read goes out as one piece)
+            return [data]
+
+        noting.burst = noting_burst  # type: ignore[attr-defined]
     return noting
 
 
