@@ -314,6 +314,18 @@ def test_a_burst_s_events_are_noted_and_remembered_as_read_again(name, monkeypat
     assert from_notes >= len(sent)
 
 
+def field_learned_with_lanes_on_and_off(context: RequestContext, reads: list[bytes]) -> tuple[dict, dict]:
+    """A Chat stream fed in `reads`, lanes off and on: whether the reasoning field was learned,
+    and what went out, by lanes."""
+    learned, sent = {}, {}
+    for lanes in (False, True):
+        rewriter = ChatStreamRewriter(copy.deepcopy(context))
+        rewriter.lanes = lanes
+        sent[lanes] = b"".join(b"".join(rewriter.feed(read)) for read in reads)
+        learned[lanes] = rewriter._reasoning_field_known
+    return learned, sent
+
+
 def test_a_burst_naming_the_reasoning_field_is_read_event_by_event(monkeypatch):
     """Until a Chat stream's reasoning field is known, an event naming it is read for it: a burst
     that holds the name is left to the events one by one, which learn it as the full path does
@@ -323,12 +335,7 @@ def test_a_burst_naming_the_reasoning_field_is_read_event_by_event(monkeypatch):
     events = [chat_chunk(KIMI, {"content": piece}) for piece in pieces]
     reads = [*events[:5], *(b"".join(events[at : at + 8]) for at in range(5, len(events), 8))]
     taken = counting_bursts(CHAT, monkeypatch)
-    learned, sent = {}, {}
-    for lanes in (False, True):
-        rewriter = ChatStreamRewriter(copy.deepcopy(context))
-        rewriter.lanes = lanes
-        sent[lanes] = b"".join(b"".join(rewriter.feed(read)) for read in reads)
-        learned[lanes] = rewriter._reasoning_field_known
+    learned, sent = field_learned_with_lanes_on_and_off(context, reads)
     assert learned == {False: True, True: True} and sent[True] == sent[False]
     assert [out is not None for out in taken][:4] == [True, True, False, True]
 
@@ -517,12 +524,7 @@ def test_a_quiet_burst_naming_the_reasoning_field_is_read_event_by_event(monkeyp
     events += [chat_chunk(KIMI, {}, "stop"), b"data: [DONE]\n\n"]
     reads = [*events[:12], *(b"".join(events[at : at + 8]) for at in range(12, len(events), 8))]  # (a quiet lane learned first)
     offered = counting_quiet_bursts(monkeypatch)
-    learned, sent = {}, {}
-    for lanes in (False, True):
-        rewriter = ChatStreamRewriter(copy.deepcopy(context))
-        rewriter.lanes = lanes
-        sent[lanes] = b"".join(b"".join(rewriter.feed(read)) for read in reads)
-        learned[lanes] = rewriter._reasoning_field_known
+    learned, sent = field_learned_with_lanes_on_and_off(context, reads)
     assert learned == {False: True, True: True} and sent[True] == sent[False] == b"".join(events)
     assert any(out is None and b'\\"reasoning' in data for data, out in offered)
 
