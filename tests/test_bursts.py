@@ -1,6 +1,6 @@
 """A lane's bursts: a read of several events of a call's arguments taken at once (bodies.py's
 `plain_bodies`, the Kimi lexer's `steady_bodies`, chat.py's `_args_burst`, messages.py's
-`_block_burst`).
+`_block_burst`), and a read of plain text a quiet lane passes at once (`stream.quiet_lane`).
 
 What a burst takes must be exactly what the events one by one would give: `plain_bodies` takes
 a read exactly when it is events of the frame whose bodies are plain (checked against orjson's

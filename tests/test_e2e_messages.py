@@ -153,7 +153,8 @@ def test_thinking_streamed_token_by_token_comes_back_whole(upstream, client, uni
     """Thinking in token-sized pieces, written one event at a time, three at a time (no burst:
     `stream.BURST_MIN_EVENTS`) and eight at a time: the lanes send it (a quiet lane, or the block
     lane of Kimi's thinking, which holds its call's markup) and note what they sent
-    (`NotedEvents`), and remembering takes those notes instead of reading the events again. The next turn gets the thinking back whole, with the call it led to."""
+    (`NotedEvents`), and remembering takes those notes instead of reading the events again. The
+    next turn gets the thinking back whole, with the call it led to."""
     model = f"{backend}-{unique_model}"
     thought = "Let me look at the files in this directory before I change any of them."
     pieces = [thought[at : at + 3] for at in range(0, len(thought), 3)]

@@ -78,9 +78,11 @@ def test_kimi_reasoning_comes_back_on_the_next_turn(upstream: ScriptedUpstream, 
 @pytest.mark.parametrize("events_a_write", [1, 3, 8])
 def test_a_turn_streamed_token_by_token_comes_back_whole(upstream: ScriptedUpstream, openai_client, unique_model, events_a_write):
     """Reasoning and a call's arguments in token-sized pieces, written one event at a time, three
-    at a time (no burst: `stream.BURST_MIN_EVENTS`) and eight at a time: the lanes send them and note what they sent, and remembering takes those
-    notes instead of reading the events again (`NotedEvents`). The next turn gets the reasoning
-    back whole, keyed by the arguments whole."""
+    at a time (no burst: `stream.BURST_MIN_EVENTS`) and eight at a time (the reasoning's later
+    reads pass by the quiet lane's burst, each noted as one piece with its bodies): the lanes
+    send them and note what they sent, and remembering takes those notes instead of reading the
+    events again (`NotedEvents`). The next turn gets the reasoning back whole, keyed by the
+    arguments whole."""
     model = f"kimi-k2-thinking-{unique_model}"
     reasoning = "Let me look at the files in this directory before I change any of them."
     arguments = '{"command": "ls -la src tests docs"}'
