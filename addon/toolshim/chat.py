@@ -826,8 +826,8 @@ class ChatStreamRewriter(SseRewriter):
         the events to send, one for each piece that makes arguments. None: nothing taken (the
         events go through `_args_read` one by one)."""
         lane = self._args
-        if lane.steady_bodies is None or (not self._reasoning_field_known and b"reasoning" in data):
-            return None  # (`_args_read` notes a text that names the reasoning field)
+        if lane.steady_bodies is None or (not self._reasoning_field_known and data.find(b"reasoning") >= 0):
+            return None  # (`_args_read` notes a text that names the reasoning field; `find`: see addon.py)
         return burst_events(data, lane.frame, lane.steady_bodies, lane.finished, lane.head, lane.tail, self.laned)
 
     # (`_feed_read` offers a read of several events to the lane's `burst` first.)
