@@ -213,10 +213,15 @@ class KimiLexer(TokenLexer):
                 made.append(held + body if held else body)  # (no whitespace at its end, nor an escape)
                 held = b""
                 continue
-            text = orjson.loads(b'"' + body + b'"')
-            solid = text.rstrip()
+            # Spaces at its end, the commonest whitespace there, are cut off as bytes (the only
+            # whitespace a plain body holds raw); before them, an escape may end it (a `\n` is
+            # whitespace too, a `\\n` is not): then it is decoded.
+            solid = body.rstrip(b" ")
+            if solid[-2:-1] == b"\\":
+                text = orjson.loads(b'"' + body + b'"')
+                stripped = text.rstrip()
+                solid = body if stripped == text else orjson.dumps(stripped)[1:-1] if stripped else b""
             if solid:
-                solid = body if solid == text else orjson.dumps(solid)[1:-1]
                 made.append(held + solid if held else solid)
                 held = body[len(solid) :]  # (a plain body is orjson's encoding of its text)
             else:
