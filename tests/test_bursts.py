@@ -597,6 +597,63 @@ def test_a_messages_stream_s_first_read_passes_its_deltas_as_one(monkeypatch):
     check(MESSAGES, context, body, [events], monkeypatch)
 
 
+def test_a_messages_stream_in_bursts_passes_its_reads_by_the_frame(monkeypatch):
+    """Messages in reads of eight: once a read of several quiet deltas passed whole, the frame of
+    its last delta is learned (no lane: it would refuse every read of several), and the next
+    reads of plain deltas pass by it (`plain_bodies`), the pattern that matches each delta over
+    again not run. A read with a `[` or with a body that is not plain (a letter that is not
+    ASCII) is looked at by the pattern still, and passes as it came."""
+    import toolshim.messages as messages_module
+    from anthropic_stream import block_events, stream
+
+    pieces = pieces_of(PROSE * 6, 6)
+    pieces[60], pieces[100] = " [a list]", " caf\u00e9"
+    body = stream(PLAIN_MODEL, block_events(0, "text", pieces), ping=False)
+    events = by_event(body)
+    context = RequestContext.from_request({"model": PLAIN_MODEL, "tools": [{"name": "bash", "input_schema": BASH_CHAT["function"]["parameters"]}]})
+    read_at = [0]
+    by_pattern = []
+    quiet_deltas_of = messages_module._quiet_deltas_of
+    monkeypatch.setattr(messages_module, "_quiet_deltas_of", lambda index, kind: by_pattern.append(read_at[0]) or quiet_deltas_of(index, kind))
+    reads = [b"".join(events[at : at + 8]) for at in range(0, len(events), 8)]
+    for lanes in (True, False):
+        by_pattern.clear()
+        rewriter = MessagesStreamRewriter(copy.deepcopy(context))
+        rewriter.lanes = lanes
+        out = []
+        for read_at[0], read in enumerate(reads):
+            out += rewriter.feed(read)
+        out += rewriter.close()
+        assert b"".join(out) == body and not rewriter.changed
+        # The first read (its rest, after the starts read one by one) and the second, before a
+        # frame is known; the reads of the `[` (event 62) and of the `é` (event 102); the last,
+        # which ends the message. With the lanes off (no frame is learned), every read.
+        expected = {0, 1, 62 // 8, 102 // 8, len(reads) - 1} if lanes else set(range(len(reads)))
+        assert len(reads) > 30 and set(by_pattern) == expected, (sorted(set(by_pattern)), len(reads))
+    check(MESSAGES, context, body, [events], monkeypatch)
+
+
+def test_a_frame_learned_in_bursts_gets_its_lane_when_events_come_one_a_read(monkeypatch):
+    """Bursts, then one event a read (a model that slows down): the frame learned from a read of
+    several has no lane; the first delta read alone passes by the frame and takes up its lane,
+    which takes the deltas after it straight from `feed`: none is read one by one."""
+    from anthropic_stream import block_events, stream
+
+    body = stream(PLAIN_MODEL, block_events(0, "text", pieces_of(PROSE * 2, 8)), ping=False)
+    events = by_event(body)
+    context = RequestContext.from_request({"model": PLAIN_MODEL, "tools": [{"name": "bash", "input_schema": BASH_CHAT["function"]["parameters"]}]})
+    counts = counting_reads(MessagesStreamRewriter, monkeypatch)
+    rewriter = MessagesStreamRewriter(copy.deepcopy(context))
+    out = [piece for at in range(0, 32, 8) for piece in rewriter.feed(b"".join(events[at : at + 8]))]
+    assert rewriter._quiet_frame is not None and rewriter._direct_lane is None
+    read_alone = counts["events"]
+    out += [piece for event in events[32:-4] for piece in rewriter.feed(event)]
+    assert rewriter._direct_lane is not None and counts["events"] == read_alone
+    out += [piece for event in events[-4:] for piece in rewriter.feed(event)] + rewriter.close()
+    assert b"".join(out) == body and not rewriter.changed
+    check(MESSAGES, context, body, [[b"".join(events[:32]), *events[32:]]], monkeypatch)
+
+
 def test_a_first_read_passes_its_rest_whole_only_once_no_fields_wait(monkeypatch):
     """Each event with an `id:` line; a bare `</think>` (Kimi's template may open the block
     unasked) goes out as nothing, its id waiting for the next event sent. Had the rest of the read

@@ -38,7 +38,7 @@ from typing import Any
 import orjson
 from json_repair import repair_json
 
-from .bodies import burst_events
+from .bodies import burst_events, plain_bodies
 from .calls import CallScope, RewriteStats, random_id
 from .lexers import ScopeLexers
 from .native import EMPTY_ARGUMENTS, ArgumentTyping
@@ -748,6 +748,16 @@ class MessagesStreamRewriter(SseRewriter):
     def _nothing_to_read(self, data: bytes) -> bool:
         """Whole events of one read, all text or thinking deltas of quiet blocks and no byte that
         may begin a marker: they go as they came, unframed and unparsed."""
+        frame = self._quiet_frame
+        if frame is not None and self._block is None:
+            # Deltas of the quiet frame (`_quiet_read`'s, for a read at once), each a plain body
+            # without a `[` (no `<`, no `\u` escape, no bare quote: `plain_bodies`); the frame's
+            # own bytes began no marker when it was learned. A few calls into C, where the
+            # patterns below match the frame's bytes over again for every event (a read of eight
+            # text deltas: 57 K instructions, half of them in `_quiet_deltas_of`'s match).
+            bodies = plain_bodies(data, frame)
+            if bodies is not None and 91 not in b"".join(bodies):
+                return True
         if markup_may_start(data):
             return False
         if len(self._quiet_blocks) == 1:  # (one block open, as nearly always: one search in C)
@@ -763,8 +773,15 @@ class MessagesStreamRewriter(SseRewriter):
         return True
 
     def _passed_whole(self, data: bytes) -> None:
-        if self._quiet_frame is None and data.find(b"\n\n") == len(data) - 2:
-            self._learn_quiet(data)
+        # (Called while no lane is taken straight from `feed`.)
+        last = data.rfind(b"\n\n", 0, len(data) - 2) + 2
+        if last == 1:  # (no blank line before the read's end: one event)
+            self._learn_quiet(data)  # its frame and lane (a frame learned in bursts has none)
+        elif self._quiet_frame is None:
+            # A read of several quiet deltas (in bursts): the frame of its last one, for the next
+            # reads' `_nothing_to_read`, but no lane (it would refuse every read of several
+            # before they were looked at, as in `ChatStreamRewriter._passed_among`).
+            self._learn_quiet(data[last:], with_lane=False)
 
     def _on_block(self, raw: bytes) -> list[bytes]:
         if self._block is not None:
@@ -870,12 +887,15 @@ class MessagesStreamRewriter(SseRewriter):
 
     # -- lanes -----------------------------------------------------------------------------------
 
-    def _learn_quiet(self, raw: bytes) -> None:
-        """A quiet delta passed as it came: the next ones of its frame pass from their bytes."""
+    def _learn_quiet(self, raw: bytes, with_lane: bool = True) -> None:
+        """A quiet delta passed as it came: the next ones of its frame pass from their bytes (by
+        the frame's lane straight from `feed` as well, `with_lane`)."""
         spans = string_spans(raw, ("text",)) or string_spans(raw, ("thinking",))
         frame = Frame.around(raw, spans) if spans is not None else None
         if frame is not None:
             self._quiet_frame = frame
+            if not with_lane:
+                return
             lane = quiet_lane(frame, self._echo)
             if self.laned is not None:  # (the text it passes is noted for remembering: `NotedEvents`)
                 read = read_event(raw)
