@@ -66,7 +66,7 @@ def text_may_start_markup(text: str) -> bool:
 def markup_may_start(raw: bytes) -> bool:
     """Might a marker of some dialect begin in the text of these raw events (JSON bytes)? Every
     marker begins with `<` (`\\u003c` escaped) or is a bracket marker."""
-    if raw.find(b"<") >= 0 or _escaped_markup(raw):
+    if 60 in raw or _escaped_markup(raw):  # (`in`: a search for one byte, no arguments parsed, see sse.py)
         return True
     # A pattern that begins with a literal is searched for that byte in C: one pass, where
     # counting the JSON's own `[{` and `[]` to rule brackets out took three.
@@ -77,6 +77,8 @@ def _escaped_markup(raw: bytes) -> bool:
     """Is there a `\\u003` (an escaped `<`, or what may be one) in `raw`? A search for one byte
     is memchr, for several a pass over every byte: the first few backslashes are looked at one
     by one (text with quotes has a few), a run of many is searched for the escape itself."""
+    if 92 not in raw:
+        return False  # (no backslash at all, the commonest answer: one search, no arguments parsed)
     at = raw.find(b"\\")
     for _ in range(8):
         if at < 0:
@@ -530,7 +532,7 @@ class SseRewriter:
             if lane is not None:
                 self._open_gate()  # (what the whole read learned may close the gate)
                 lane = self._gate
-        if lane is not None and 2 <= (first_end := data.find(b"\n\n") + 2) < len(data) and data.find(b"\r") < 0:
+        if lane is not None and 2 <= (first_end := data.find(b"\n\n") + 2) < len(data) and 13 not in data:
             if (burst := getattr(lane, "burst", None)) is not None and len(data) >= BURST_MIN_EVENTS * first_end:
                 # The read at once, when the lane can take it so (each event's piece without
                 # Python work of its own: chat.py's `_args_burst`), and when it holds about
