@@ -200,6 +200,22 @@ def test_events_the_full_path_reads_otherwise(body, digits, number_last, monkeyp
 
 
 @pytest.mark.parametrize("number_last", [False, True])
+def test_an_event_that_ends_otherwise(number_last, monkeypatch):
+    """Bytes that begin as the frame's event does and hold its text, `mid` and a number, but
+    end in another byte (no JSON object): no event of the frame, in plain text nor among the
+    events of a held block that a run takes (the second call's, in reads of eight)."""
+    data = odd_delta(b"a", b"33", number_last)[:-1] + b"]"
+    prose, call = PROSE_PIECES[:60], pieces_of(CALL, 6)
+    in_block = call.index("ar")
+    second = len(prose) + len(call) + 10
+    for at in (30, second + in_block):
+        pieces = [*prose, *call, *PROSE_PIECES[:10], *call, "after"]
+        pieces.insert(at, data)
+        body = stream(pieces, number_last=number_last)
+        check(RESPONSES, context(), body, [by_event(body)], monkeypatch)
+
+
+@pytest.mark.parametrize("number_last", [False, True])
 def test_an_event_shorter_than_its_frame(number_last, monkeypatch):
     """Bytes that begin as the frame's event does and end as it does, the quote between text
     and frame shared (`"delta":","logprobs"…`: no JSON): no event of the frame, whatever its

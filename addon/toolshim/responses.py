@@ -1059,14 +1059,15 @@ def quiet_reader(frame: NumberedFrame, bodies: bytearray, core: ResponsesRewrite
         if echo is not None and (echo._unsent or echo._assembly is not None):
             return None
         expected = numbered % core._seq
+        size = len(raw)  # (slices, not `startswith` and `endswith`: see sse.py)
         if number_first:
-            if not raw.startswith(expected) or not raw.endswith(tail):
+            start, end = len(expected), size - tail_size
+            if raw[:start] != expected or raw[end:] != tail:
                 return None
-            start, end = len(expected), len(raw) - tail_size
         else:
-            if not raw.startswith(head) or not raw.endswith(expected):
+            start, end = head_size, size - len(expected)
+            if raw[:start] != head or raw[end:] != expected:
                 return None
-            start, end = head_size, len(raw) - len(expected)
         if end < start:
             return None
         body = raw[start:end]
@@ -1149,21 +1150,24 @@ def held_reader(lane: TextLane, core: ResponsesRewriter) -> Direct:
     live = lane.finished and lane.args is not None
 
     def read(rewriter: ResponsesStreamRewriter, raw: bytes) -> list[bytes] | None:
+        # (Slices, `partition` and `in`, not `startswith`, `find` and the like: see sse.py.)
         size = len(raw)
-        if size < fixed or not raw.startswith(head) or not raw.endswith(tail):
+        if size < fixed or raw[:head_size] != head or raw[size - tail_size :] != tail:
             return None
-        stop = size - tail_size
+        # The string's body and the number, `mid` between them (the first `mid` after the
+        # number, the last before it: a string body holds none, its quotes escaped).
         if number_first:
-            at = raw.find(mid, head_size, stop)
-            digits, start, end = raw[head_size:at], at + mid_size, stop
+            digits, found, string = raw[head_size : size - tail_size].partition(mid)
+            start = head_size + len(digits) + mid_size
         else:
-            at = raw.rfind(mid, head_size, stop)
-            digits, start, end = raw[at + mid_size : stop], head_size, at
+            string, found, digits = raw[head_size : size - tail_size].rpartition(mid)
+            start = head_size
+        end = start + len(string)
         # (the number is ours to set, but it must be a JSON number as it stands: no sign, no
         # leading zero)
-        if at < 0 or not digits.isdigit() or (digits[0] == 48 and len(digits) > 1) or (lane.text is None and leaf.idle):
+        if not found or not digits.isdigit() or (digits[0] == 48 and len(digits) > 1) or (lane.text is None and leaf.idle):
             return None
-        if raw.find(b"\n", start, end) >= 0:
+        if 10 in string:
             return None  # several events: no one string (told without the decoder's costly error)
         try:
             text = loads(raw[start - 1 : end + 1])
@@ -1178,7 +1182,7 @@ def held_reader(lane: TextLane, core: ResponsesRewriter) -> Direct:
             lane.piece.add_text(lane.key, text)
             seq = core._seq
             core._seq = seq + 1
-            body = raw[start:end] if raw.find(b"\\", start, end) < 0 else dumps(text)[1:-1]
+            body = string if 92 not in string else dumps(text)[1:-1]
             return [lane.text.event(body, seq)]
         if steady is not None and (made := steady(text, live)) is not None:
             # The commonest event of a tool-call stream: a piece of a call's arguments, held or sent.
@@ -1189,7 +1193,7 @@ def held_reader(lane: TextLane, core: ResponsesRewriter) -> Direct:
             lane.call.arguments.append(made)
             seq = core._seq
             core._seq = seq + 1
-            body = raw[start:end] if made == text and raw.find(b"\\", start, end) < 0 else dumps(made)[1:-1]
+            body = string if made == text and 92 not in string else dumps(made)[1:-1]
             return [lane.args.event(body, seq)]
         segments = leaf.feed(text)
         lane.quiet = False
@@ -1206,14 +1210,14 @@ def held_reader(lane: TextLane, core: ResponsesRewriter) -> Direct:
                 lane.source.altered = True
                 seq = core._seq
                 core._seq = seq + 1
-                body = raw[start:end] if piece == text and raw.find(b"\\", start, end) < 0 else dumps(piece)[1:-1]
+                body = string if piece == text and 92 not in string else dumps(piece)[1:-1]
                 return [lane.args.event(body, seq)]
             if kind is Text and lane.text is not None and segments[0].text == text:
                 lane.quiet = lane.lexer.idle
                 lane.piece.add_text(lane.key, text)
                 seq = core._seq
                 core._seq = seq + 1
-                body = raw[start:end] if raw.find(b"\\", start, end) < 0 else dumps(text)[1:-1]
+                body = string if 92 not in string else dumps(text)[1:-1]
                 return [lane.text.event(body, seq)]
         # Anything else: what the lexers around the leaf make of it, then the full path.
         event, block = read_event(raw)
@@ -1239,16 +1243,14 @@ def held_reader(lane: TextLane, core: ResponsesRewriter) -> Direct:
         for raw in events[first:]:
             # `read`'s checks, but the text's: one JSON string each is checked below, and one
             # with a `<` (a tag may begin) ends the run
-            if not raw.startswith(head) or not raw.endswith(bare_tail):
+            stop = len(raw) - bare_tail_size
+            if raw[:head_size] != head or raw[stop:] != bare_tail:
                 break
-            stop = len(raw) - bare_tail_size  # (head and tail overlapping: no `mid` between them)
-            if number_first:
-                at = raw.find(mid, head_size, stop)
-                digits, body = raw[head_size:at], raw[at + mid_size : stop]
+            if number_first:  # (head and tail overlapping: nothing between them, no `mid`)
+                digits, found, body = raw[head_size:stop].partition(mid)
             else:
-                at = raw.rfind(mid, head_size, stop)
-                digits, body = raw[at + mid_size : stop], raw[head_size:at]
-            if at < 0 or not digits.isdigit() or (digits[0] == 48 and len(digits) > 1) or 60 in body or not body:
+                body, found, digits = raw[head_size:stop].rpartition(mid)
+            if not found or not digits.isdigit() or (digits[0] == 48 and len(digits) > 1) or 60 in body or not body:
                 break
             bodies.append(body)
         if len(bodies) < 2:
