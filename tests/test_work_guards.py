@@ -247,3 +247,39 @@ def test_an_event_arriving_in_many_reads_is_scanned_once(work: Work, line_end: b
         blocks = [block for at in range(0, len(event), 64) for block in framer.feed(event[at : at + 64])]
         assert blocks == [event] and framer.pending == 0
         assert work["framing"] <= len(event) + 64, (size, work["framing"])
+
+
+@pytest.mark.parametrize(
+    ("model", "thinking"),
+    [("Qwen/Qwen3-Coder-480B-A35B-Instruct", False), ("Qwen/Qwen2.5-72B-Instruct", False), ("moonshotai/Kimi-K2.5", False),
+     ("Qwen/Qwen3-235B-A22B", True), ("moonshotai/Kimi-K2-Thinking", True), ("moonshotai/Kimi-K2-Thinking", False), ("gpt-oss-120b", False)],
+)  # fmt: skip
+def test_a_model_s_second_stream_makes_no_marker_table(model, thinking):
+    """Markers are compared by identity, and `find_marker` makes a table for each tuple of them
+    it meets (`base._marker_table`, kept for the last 64): a lexer's tuples must be made of the
+    same markers from one stream to the next (think.py's `_marker`), or every stream pays for
+    tables of its own, and pushes out those of other models."""
+    request = {"model": model, "tools": [BASH], "stream": True}
+    if thinking:  # (a template that opens the reasoning: the lexer watches for a bare `</think>` after it)
+        request["chat_template_kwargs"] = {"enable_thinking": True, "thinking": True}
+    context = RequestContext.from_body(json.dumps(request).encode())
+    text = "I will look. <think>no</think> <tool_call>\n<function=bash>\n<parameter=command>\nls\n</parameter>\n</function>\n</tool_call>"
+    chunks = [{"choices": [{"index": 0, "delta": {"content": text[at : at + 3]}}]} for at in range(0, len(text), 3)]
+    body = sse_body([*chunks, {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}])
+
+    def stream_once() -> None:
+        rewriter = ChatStreamRewriter(context)
+        rewriter.feed(body)
+        rewriter.close()
+
+    stream_once()
+    made = base._marker_table.cache_info().misses
+    stream_once()
+    assert base._marker_table.cache_info().misses == made
+
+
+def test_think_lexers_alike_hold_the_same_markers():
+    """Two think lexers made alike hold tuples of the same markers (equal as tuples: markers
+    compare by identity), so that `find_marker` finds their tables made."""
+    made = [think.ThinkLexer(tool_starts=("<tool_call>",), pairs={"<seed:think>": "</seed:think>"}, bare_close=("<tool_call>",)) for _ in range(2)]
+    assert made[0]._think_markers == made[1]._think_markers and made[0]._watch_markers == made[1]._watch_markers

@@ -844,13 +844,15 @@ class ChatStreamRewriter(SseRewriter):
         if holding is None or not holding():
             return 0
         head, start, bare_tail = lane.frame_head, lane.start, lane.frame_tail[:-2]
+        tail_size = len(bare_tail)
         bodies = []
         for raw in events[first:]:
-            # `_args_read`'s frame check; one JSON string each is checked below, and one with a
-            # `<` (a tag may begin) ends the run
-            if not raw.startswith(head) or not raw.endswith(bare_tail):
+            # `_args_read`'s frame check (by slices, not `startswith` and `endswith`: see sse.py);
+            # one JSON string each is checked below, and one with a `<` (a tag may begin) ends the run
+            end = len(raw) - tail_size
+            if raw[:start] != head or raw[end:] != bare_tail:
                 break
-            body = raw[start : len(raw) - len(bare_tail)]
+            body = raw[start:end]
             if not body or 60 in body:
                 break
             bodies.append(body)

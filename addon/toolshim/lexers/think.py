@@ -31,6 +31,8 @@ content, and the closer itself never does (issue 20: a bare `</think>` never rea
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 from .base import Lexer, Marker, ReasoningText, Reporting, Segment, Text, find_marker
 
 CLOSE, TOOLS, STOP = "close", "tools", "stop"  # marker kinds inside a block, and WATCH's own
@@ -38,7 +40,17 @@ _PAIRS = {"<think>": "</think>", "<reasoning>": "</reasoning>", "<thought>": "</
 # Every generic spelling, opening and closing (the registry adds the families' own).
 REASONING_TAGS = tuple(_PAIRS) + tuple(_PAIRS.values())
 
-_CLOSE_MARKERS = tuple(Marker(t, CLOSE) for t in _PAIRS.values())
+
+
+@lru_cache(maxsize=1024)
+def _marker(text: str, kind: str) -> Marker:
+    """The one marker of `text` in the role `kind`. Markers are compared and hashed by identity:
+    a lexer's tuples of them, made anew for each stream, would each be a table `find_marker`
+    has not made yet (base.py's `_marker_table`, a few tens of thousands of instructions)."""
+    return Marker(text, kind)
+
+
+_CLOSE_MARKERS = tuple(_marker(t, CLOSE) for t in _PAIRS.values())
 
 START, CONTENT, THINK, WATCH = "start", "content", "think", "watch"
 _BARE_CLOSER = "</think>"  # WATCH's: the families that may leave the block open all close it so
@@ -54,9 +66,9 @@ class ThinkLexer(Reporting):
         """`bare_close`: watch for a bare closer after a start that opened nothing, up to the first
         of these markers (the running dialects' starts); None: no watch."""
         self._pairs = {**_PAIRS, **pairs} if pairs else _PAIRS
-        closers = tuple(Marker(t, CLOSE) for t in self._pairs.values()) if pairs else _CLOSE_MARKERS
-        self._think_markers = closers + tuple(Marker(t, TOOLS) for t in tool_starts)
-        self._watch_markers = None if bare_close is None else (Marker(_BARE_CLOSER, CLOSE),) + tuple(Marker(t, STOP) for t in bare_close)
+        closers = tuple(_marker(t, CLOSE) for t in self._pairs.values()) if pairs else _CLOSE_MARKERS
+        self._think_markers = closers + tuple(_marker(t, TOOLS) for t in tool_starts)
+        self._watch_markers = None if bare_close is None else (_marker(_BARE_CLOSER, CLOSE),) + tuple(_marker(t, STOP) for t in bare_close)
         after_start = CONTENT if bare_close is None else WATCH
         self._start = THINK if preopened else after_start if started else START  # started: content was sent before
         self._markers_in = {tag: tuple(m for m in self._think_markers if m.kind != TOOLS or m.text not in kept) for tag, kept in (keeps or {}).items()}
