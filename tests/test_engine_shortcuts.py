@@ -187,3 +187,23 @@ def test_finishing_an_idle_lexer_leaves_what_the_full_finish_leaves(spec, data):
             assert fast.finish() == full._finish_all() == []
             assert lexer_state(fast) == lexer_state(full)
     event(f"idle points: {min(idle_points, 3)}")
+
+
+@settings(max_examples=2000, deadline=None)
+@given(
+    st.lists(st.sampled_from(["<", "f", "unction=", "</", "tool_call>", "a", "parameter=", " "]), max_size=6).map("".join),
+    st.integers(0, 40),
+    st.integers(0, 40),
+    st.sampled_from([("<function=", "</tool_call>"), ("<parameter=", "</function>", "</parameter>"), ("<", "<a"), ("ab", "a")]),
+)
+def test_match_tag_is_the_tag_the_text_begins_with(buf, j, limit, tags):
+    """`match_tag` (slices compared, not `startswith` with bounds) answers what the text from
+    `j` up to `limit` begins with: the first tag of `tags` whole, else `_PARTIAL` when all that
+    is left there is the beginning of one, else None."""
+    from toolshim.lexers.engine import _PARTIAL, match_tag
+
+    window = buf[j:limit] if j <= len(buf) else None
+    whole = [tag for tag in tags if window is not None and window.startswith(tag)]
+    cut = window is not None and limit - j >= 0 and any(len(window) == limit - j < len(tag) and tag.startswith(window) for tag in tags)
+    expected = whole[0] if whole else _PARTIAL if cut else None
+    assert match_tag(buf, j, limit, tags) is expected
