@@ -189,10 +189,11 @@ class StreamRewrite:
         if len(out) > 1:
             out = [b"".join(out)]  # a read's events go out as one write
         if self.on_terminal is not None:
-            # (`_carries_terminal`'s commonest answer, inline: no needle. `find`, not `in`: CPython's
-            # `bytes in bytes` first tries the needle as an integer, and makes and clears a
-            # TypeError with a formatted message each time.)
-            if end or (out and out[0].find(self.terminal.needle) >= 0 and self._carries_terminal(out[0], first)):
+            # (`_carries_terminal`'s commonest answer, inline: no needle. `partition`, neither `in`
+            # nor `find`: CPython 3.11's `bytes in bytes` first tries the needle as an integer,
+            # and makes and clears a TypeError with a formatted message each time; `find` parses
+            # its arguments from a format string. Without the needle, `partition` copies nothing.)
+            if end or (out and out[0].partition(self.terminal.needle)[1] and self._carries_terminal(out[0], first)):
                 self.terminal_reached()
         return out
 
