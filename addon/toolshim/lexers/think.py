@@ -41,7 +41,6 @@ _PAIRS = {"<think>": "</think>", "<reasoning>": "</reasoning>", "<thought>": "</
 REASONING_TAGS = tuple(_PAIRS) + tuple(_PAIRS.values())
 
 
-
 @lru_cache(maxsize=1024)
 def _marker(text: str, kind: str) -> Marker:
     """The one marker of `text` in the role `kind`. Markers are compared and hashed by identity:
