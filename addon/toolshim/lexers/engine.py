@@ -647,10 +647,13 @@ class JsonCallsLexer(BlockLexer):
                     return super().feed(text)
                 parts = text.split('"')
                 outside = "".join(parts[scanner.in_string :: 2])  # (in a string, the first part is the string's)
-                closes = outside.count("}") + outside.count("]")
-                if closes >= scanner.depth:
-                    return super().feed(text)
-                scanner.depth += outside.count("{") + outside.count("[") - closes
+                # (`in` before `count`, which CPython 3.11 parses its arguments for on every call:
+                # most pieces hold no bracket)
+                if "}" in outside or "]" in outside or "{" in outside or "[" in outside:
+                    closes = outside.count("}") + outside.count("]")
+                    if closes >= scanner.depth:
+                        return super().feed(text)
+                    scanner.depth += outside.count("{") + outside.count("[") - closes
                 if not len(parts) & 1:  # an odd number of quotes
                     scanner.in_string = not scanner.in_string
             self._raw.append(text)
