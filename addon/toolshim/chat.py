@@ -323,11 +323,13 @@ class ChatStreamRewriter(SseRewriter):
         (every caller sends them so), and the answer's first text among them begins the answer."""
         if markup_may_start(raw):
             return False
-        if raw.find(b'"tool_calls"') >= 0 and _UPSTREAM_CALLS.search(raw):
+        # (`partition`, not `find`, whose arguments CPython 3.11 parses from a format string on
+        # every call, nor `in`: see addon.py. Without the needle, it copies nothing.)
+        if raw.partition(b'"tool_calls"')[1] and _UPSTREAM_CALLS.search(raw):
             return False
-        if self.stats.calls and raw.find(b'"finish_reason"') >= 0 and _FINISH.search(raw):
+        if self.stats.calls and raw.partition(b'"finish_reason"')[1] and _FINISH.search(raw):
             return False
-        if not self._reasoning_field_known and raw.find(b'"reasoning') >= 0:
+        if not self._reasoning_field_known and raw.partition(b'"reasoning')[1]:
             return False
         if not self._content_started and _CONTENT_TEXT.search(raw):
             self._content_starts()  # (a whole read's as well as an event's: a later `<think>` is text)
