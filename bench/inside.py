@@ -11,7 +11,8 @@ first changing from run to run. Each proxy times every call of its stream callab
 remembering the turn in its thread's CPU time. Printed per KIND (e2e's streams: plain, kimi,
 sentinel, xml, responses, messages-plain, messages-kimi): the callable's milliseconds a flow in A
 and in B and their ratio; remembering's share of it; the stream's first three reads apart (they
-learn its frames and make its lanes); the later reads' median and 90th percentile in µs; and the
+learn its frames and make its lanes); the later reads' median and 90th percentile in µs; the
+flow's hooks (request headers, request, response headers, response: ms a flow); and the
 garbage collector's pauses, which are left out of the calls they fall in (`timed_addon.py`).
 
 Why not the CPU rows: they divide the whole process's CPU by the baseline's, and move by ±0.1
@@ -77,6 +78,7 @@ def summary(totals: dict) -> dict[str, float]:
         "median": statistics.median(later) * 1e6 if later else 0.0,
         "p90": later[int(0.9 * (len(later) - 1))] * 1e6 if later else 0.0,
         "collecting": totals["collecting"] / flows * 1e3,
+        "hooks": totals["hooks"] / flows * 1e3,
     }
 
 
@@ -105,7 +107,7 @@ def main(argv: list[str]) -> int:
                 print(
                     f"  {side}: {figures['callable']:.3f} ms a flow (remembering {figures['remembering']:.3f}, first three reads "
                     f"{figures['first']:.3f}); later reads: median {figures['median']:.0f} µs, p90 {figures['p90']:.0f} µs; "
-                    f"the garbage collector, left out of them: {figures['collecting']:.3f} ms a flow (the whole process's)"
+                    f"the flow's hooks {figures['hooks']:.3f} ms; the garbage collector, left out of them all: {figures['collecting']:.3f} ms a flow (the whole process's)"
                 )
             print(f"  B/A: {b['callable'] / a['callable']:.3f} (later reads' median {b['median'] / a['median']:.3f})")
     return 0

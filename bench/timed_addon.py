@@ -1,8 +1,8 @@
 """toolshim with its stream callable timed: the mitmproxy script `bench/inside.py` runs.
 
 `mitmdump -s bench/timed_addon.py` loads toolshim from the `addon/` directory named by
-TOOLSHIM_INSIDE_ADDON (another version's, for an A/B), times each call of the stream callable
-and of remembering the turn in CPU time of the thread that runs them (`time.thread_time`: what
+TOOLSHIM_INSIDE_ADDON (another version's, for an A/B), times each call of the stream callable,
+of remembering the turn and of the flow hooks (HOOKS) in CPU time of the thread that runs them (`time.thread_time`: what
 the proxy's CPU rows count, without the other processes), and at shutdown (`done`) appends one
 JSON line of totals to TOOLSHIM_INSIDE_OUT. Flows and behaviour are toolshim's own.
 
@@ -24,6 +24,7 @@ sys.path.insert(0, os.environ["TOOLSHIM_INSIDE_ADDON"])
 
 from toolshim import addon as toolshim_addon  # noqa: E402
 
+HOOKS = ("requestheaders", "request", "responseheaders", "response")
 FIRST_READS = 3  # a stream's first reads, counted apart: they learn its frames and make its lanes
 
 
@@ -34,6 +35,7 @@ class Timings:
         self.remembering = 0.0
         self.flows = 0
         self.turns = 0
+        self.hooks = 0.0  # the flow hooks' (HOOKS)
         self.collecting = 0.0  # the garbage collector's pauses, in whichever code they fell
         self._collection_began = 0.0
 
@@ -79,12 +81,26 @@ class Timings:
 
             return timed
 
+        for hook in HOOKS:
+            setattr(toolshim_addon.ToolShim, hook, self._timed_hook(getattr(toolshim_addon.ToolShim, hook)))
         toolshim_addon.StreamRewrite.__call__ = timed_call
         toolshim_addon.ToolShim._remembering = timed_remembering
         gc.callbacks.append(self.collected)
 
+    def _timed_hook(self, hook):
+        timings = self
+
+        def timed(shim, flow) -> None:
+            start, collecting = time.thread_time(), timings.collecting
+            try:
+                hook(shim, flow)
+            finally:
+                timings.hooks += time.thread_time() - start - (timings.collecting - collecting)
+
+        return timed
+
     def done(self) -> None:
-        record = {"flows": self.flows, "turns": self.turns, "first": self.first, "later": self.later, "remembering": self.remembering, "collecting": self.collecting}
+        record = {"flows": self.flows, "turns": self.turns, "first": self.first, "later": self.later, "remembering": self.remembering, "collecting": self.collecting, "hooks": self.hooks}
         with open(os.environ["TOOLSHIM_INSIDE_OUT"], "ab") as out:
             out.write(orjson.dumps(record) + b"\n")
 
