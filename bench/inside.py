@@ -7,19 +7,21 @@ Two mitmdumps run `bench/timed_addon.py`, each with toolshim from its own `addon
 (`--a`: another version's, from `git worktree add /tmp/old REV`; `--b`: this checkout's by
 default), under bench/e2e.py's load (40 streams at once, 2,500 events/s a proxy, in bursts of 8
 events a read; `--paced`: one event a read), sent through both at once, the proxy that connects
-first changing from run to run. Each proxy times every call of its stream callable and of
-remembering the turn in its thread's CPU time. Printed per KIND (e2e's streams: plain, kimi,
-sentinel, xml, responses, messages-plain, messages-kimi): the callable's milliseconds a flow in A
-and in B and their ratio; remembering's share of it; the stream's first three reads apart (they
-learn its frames and make its lanes); the later reads' median and 90th percentile in µs; the
-flow's hooks (request headers, request, response headers, response: ms a flow); and the
-garbage collector's pauses, which are left out of the calls they fall in (`timed_addon.py`).
+first changing from run to run. Each proxy times every call of its stream callable, of
+remembering the turn and of the flow's hooks in its thread's CPU time. Printed per KIND (e2e's
+streams: plain, kimi, sentinel, xml, responses, messages-plain, messages-kimi): the callable's
+milliseconds a flow in A and in B and their ratio; remembering's share of it; the stream's first
+three reads apart, and each of them (they learn its frames and make its lanes); the later reads'
+median and 90th percentile in µs; the flow's hooks (request headers, request, response headers,
+response: ms a flow); and the garbage collector's pauses, which are left out of the calls they
+fall in (`timed_addon.py`).
 
 Why not the CPU rows: they divide the whole process's CPU by the baseline's, and move by ±0.1
 from run to run with whatever else the machine does; why not `bench/instructions.py --cold`: it
 models a read's cache misses, where this times them. Two proxies running the same code (`--a` and
-`--b` alike) read within 1–5% of each other over 6 runs (240 flows each): differences smaller
-than that are not told apart. About 40 s a kind per run.
+`--b` alike) read within 1–6% of each other over 4 runs (160 flows each), 1–2% over 8:
+differences smaller than that are not told apart. A run is a few seconds (a load is 25 bursts
+128 ms apart); starting the proxies and warming them up, about ten more a kind.
 """
 
 from __future__ import annotations
@@ -75,6 +77,7 @@ def summary(totals: dict) -> dict[str, float]:
         "callable": callable_ / flows * 1e3,
         "remembering": totals["remembering"] / flows * 1e3,
         "first": sum(totals["first"]) / flows * 1e3,
+        "each first": [spent / flows * 1e3 for spent in totals["first"]],
         "median": statistics.median(later) * 1e6 if later else 0.0,
         "p90": later[int(0.9 * (len(later) - 1))] * 1e6 if later else 0.0,
         "collecting": totals["collecting"] / flows * 1e3,
@@ -106,7 +109,7 @@ def main(argv: list[str]) -> int:
             for side, figures in got.items():
                 print(
                     f"  {side}: {figures['callable']:.3f} ms a flow (remembering {figures['remembering']:.3f}, first three reads "
-                    f"{figures['first']:.3f}); later reads: median {figures['median']:.0f} µs, p90 {figures['p90']:.0f} µs; "
+                    f"{figures['first']:.3f}: {', '.join(f'{each:.3f}' for each in figures['each first'])}); later reads: median {figures['median']:.0f} µs, p90 {figures['p90']:.0f} µs; "
                     f"the flow's hooks {figures['hooks']:.3f} ms; the garbage collector, left out of them all: {figures['collecting']:.3f} ms a flow (the whole process's)"
                 )
             print(f"  B/A: {b['callable'] / a['callable']:.3f} (later reads' median {b['median'] / a['median']:.3f})")

@@ -2,9 +2,10 @@
 
 `mitmdump -s bench/timed_addon.py` loads toolshim from the `addon/` directory named by
 TOOLSHIM_INSIDE_ADDON (another version's, for an A/B), times each call of the stream callable,
-of remembering the turn and of the flow hooks (HOOKS) in CPU time of the thread that runs them (`time.thread_time`: what
-the proxy's CPU rows count, without the other processes), and at shutdown (`done`) appends one
-JSON line of totals to TOOLSHIM_INSIDE_OUT. Flows and behaviour are toolshim's own.
+of remembering the turn and of the flow hooks (HOOKS) in CPU time of the thread that runs them
+(`time.thread_time`: what the proxy's CPU rows count, without the other processes), and at
+shutdown (`done`) appends one JSON line of totals to TOOLSHIM_INSIDE_OUT. Flows and behaviour
+are toolshim's own.
 
 The garbage collector's pauses are left out of the call they fall in and counted apart: a full
 collection of mitmdump's heap takes tens of milliseconds, and which read it lands in is chance
