@@ -14,7 +14,8 @@ milliseconds a flow in A and in B and their ratio; remembering's share of it; th
 three reads apart, and each of them (they learn its frames and make its lanes); the later reads'
 median and 90th percentile in µs; the flow's hooks (request headers, request, response headers,
 response: ms a flow); and the garbage collector's pauses, which are left out of the calls they
-fall in (`timed_addon.py`).
+fall in (`timed_addon.py`), with its collections a flow by generation (mitmdump's whole process:
+the full collections, a few a minute, are most of it).
 
 Why not the CPU rows: they divide the whole process's CPU by the baseline's, and move by ±0.1
 from run to run with whatever else the machine does; why not `bench/instructions.py --cold`: it
@@ -82,6 +83,7 @@ def summary(totals: dict) -> dict[str, float]:
         "p90": later[int(0.9 * (len(later) - 1))] * 1e6 if later else 0.0,
         "collecting": totals["collecting"] / flows * 1e3,
         "hooks": totals["hooks"] / flows * 1e3,
+        "collections": [count / flows for count in totals["collections"]],
     }
 
 
@@ -110,7 +112,8 @@ def main(argv: list[str]) -> int:
                 print(
                     f"  {side}: {figures['callable']:.3f} ms a flow (remembering {figures['remembering']:.3f}, first three reads "
                     f"{figures['first']:.3f}: {', '.join(f'{each:.3f}' for each in figures['each first'])}); later reads: median {figures['median']:.0f} µs, p90 {figures['p90']:.0f} µs; "
-                    f"the flow's hooks {figures['hooks']:.3f} ms; the garbage collector, left out of them all: {figures['collecting']:.3f} ms a flow (the whole process's)"
+                    f"the flow's hooks {figures['hooks']:.3f} ms; the garbage collector, left out of them all: {figures['collecting']:.3f} ms a flow "
+                    f"(the whole process's; collections a flow by generation: {', '.join(f'{n:.2f}' for n in figures['collections'])})"
                 )
             print(f"  B/A: {b['callable'] / a['callable']:.3f} (later reads' median {b['median'] / a['median']:.3f})")
     return 0

@@ -39,6 +39,7 @@ class Timings:
         self.hooks = 0.0  # the flow hooks' (HOOKS)
         self.collecting = 0.0  # the garbage collector's pauses, in whichever code they fell
         self._collection_began = 0.0
+        self.collections = [0, 0, 0]  # by generation
 
     def collected(self, phase: str, info: dict) -> None:
         """(A `gc.callbacks` entry.)"""
@@ -46,6 +47,7 @@ class Timings:
             self._collection_began = time.thread_time()
         else:
             self.collecting += time.thread_time() - self._collection_began
+            self.collections[info["generation"]] += 1
 
     def wrap(self) -> None:
         """Time the stream callable and remembering, whichever version of toolshim is loaded."""
@@ -101,7 +103,7 @@ class Timings:
         return timed
 
     def done(self) -> None:
-        record = {"flows": self.flows, "turns": self.turns, "first": self.first, "later": self.later, "remembering": self.remembering, "collecting": self.collecting, "hooks": self.hooks}
+        record = {"flows": self.flows, "turns": self.turns, "first": self.first, "later": self.later, "remembering": self.remembering, "collecting": self.collecting, "collections": self.collections, "hooks": self.hooks}
         with open(os.environ["TOOLSHIM_INSIDE_OUT"], "ab") as out:
             out.write(orjson.dumps(record) + b"\n")
 
