@@ -1,7 +1,7 @@
 """The stream callable's CPU inside real mitmdumps, two versions side by side: the A/B measure
 for a change aimed at the end-to-end rows.
 
-    .venv/bin/python bench/inside.py KIND[,KIND...] --a DIR [--b DIR] [--runs N] [--paced]
+    .venv/bin/python bench/inside.py KIND[,KIND...] --a DIR [--b DIR] [--runs N] [--paced] [--baseline]
 
 Two mitmdumps run `bench/timed_addon.py`, each with toolshim from its own `addon/` directory
 (`--a`: another version's, from `git worktree add /tmp/old REV`; `--b`: this checkout's by
@@ -15,7 +15,8 @@ three reads apart, and each of them (they learn its frames and make its lanes); 
 median and 90th percentile in µs; the flow's hooks (request headers, request, response headers,
 response: ms a flow); and the garbage collector's pauses, which are left out of the calls they
 fall in (`timed_addon.py`), with its collections a flow by generation (mitmdump's whole process:
-the full collections, a few a minute, are most of it).
+the full collections, a few a minute, are most of it); `--baseline` runs a third proxy, with
+`stream = True`, for its garbage collector's figures.
 
 Why not the CPU rows: they divide the whole process's CPU by the baseline's, and move by ±0.1
 from run to run with whatever else the machine does; why not `bench/instructions.py --cold`: it
@@ -35,6 +36,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import orjson
 
@@ -51,8 +53,9 @@ STREAMS, INTERVAL, EVENTS = 40, 0.016, 200  # (e2e.py's CPU rows' load)
 WARM_FLOWS = 8
 
 
-def measure(kind: e2e.Kind, addons: dict[str, Path], runs: int, burst: int, out_dir: Path) -> dict[str, dict]:
-    """Each proxy's totals (`timed_addon.Timings.done`) after `runs` runs of the kind's load."""
+def measure(kind: e2e.Kind, addons: dict[str, Path | str], runs: int, burst: int, out_dir: Path) -> dict[str, dict]:
+    """Each proxy's totals (`timed_addon.Timings.done`) after `runs` runs of the kind's load (an
+    addon of "": the baseline)."""
     outs = {name: out_dir / f"{kind.name[:12]}-{name}.jsonl".replace(" ", "_") for name in addons}
     with e2e.Rig() as rig:
         proxies = []
@@ -70,9 +73,9 @@ def measure(kind: e2e.Kind, addons: dict[str, Path], runs: int, burst: int, out_
     return {name: orjson.loads(path.read_bytes().splitlines()[-1]) for name, path in outs.items()}
 
 
-def summary(totals: dict) -> dict[str, float]:
+def summary(totals: dict) -> dict[str, Any]:
     """Per flow, in ms; the later reads' median and 90th percentile in µs."""
-    flows, later = totals["flows"], sorted(totals["later"])
+    flows, later = max(totals["flows"], 1), sorted(totals["later"])
     callable_ = sum(totals["first"]) + sum(later)
     return {
         "callable": callable_ / flows * 1e3,
@@ -94,6 +97,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--b", type=Path, default=BENCH.parent / "addon", help="the addon/ directory of version B (this checkout's)")
     parser.add_argument("--runs", type=int, default=6)
     parser.add_argument("--paced", action="store_true", help="one event a read (default: bursts of 8)")
+    parser.add_argument("--baseline", action="store_true", help="a third proxy, `stream = True`: its garbage collector beside the addon's")
     args = parser.parse_args(argv)
     unknown = [name for name in args.kinds.split(",") if name not in KINDS]
     if unknown:
@@ -105,8 +109,10 @@ def main(argv: list[str]) -> int:
     with tempfile.TemporaryDirectory(prefix="toolshim-inside-") as out_dir:
         for name in args.kinds.split(","):
             kind = KINDS[name]
-            got = {side: summary(totals) for side, totals in measure(kind, {"A": args.a, "B": args.b}, args.runs, burst, Path(out_dir)).items()}
+            sides = {"A": args.a, "B": args.b, **({"baseline": ""} if args.baseline else {})}
+            got = {side: summary(totals) for side, totals in measure(kind, sides, args.runs, burst, Path(out_dir)).items()}
             a, b = got["A"], got["B"]
+            base = got.pop("baseline", None)
             print(f"{name} ({'paced' if args.paced else 'in bursts'}, {args.runs} runs of {STREAMS} flows):")
             for side, figures in got.items():
                 print(
@@ -116,6 +122,11 @@ def main(argv: list[str]) -> int:
                     f"(the whole process's; collections a flow by generation: {', '.join(f'{n:.2f}' for n in figures['collections'])})"
                 )
             print(f"  B/A: {b['callable'] / a['callable']:.3f} (later reads' median {b['median'] / a['median']:.3f})")
+            if base is not None:
+                print(
+                    f"  baseline (`stream = True`): the garbage collector {base['collecting']:.3f} ms a flow "
+                    f"(collections a flow by generation: {', '.join(f'{n:.2f}' for n in base['collections'])})"
+                )
     return 0
 
 

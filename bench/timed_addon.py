@@ -1,7 +1,8 @@
 """toolshim with its stream callable timed: the mitmproxy script `bench/inside.py` runs.
 
 `mitmdump -s bench/timed_addon.py` loads toolshim from the `addon/` directory named by
-TOOLSHIM_INSIDE_ADDON (another version's, for an A/B), times each call of the stream callable,
+TOOLSHIM_INSIDE_ADDON (another version's, for an A/B; empty: the baseline, bench/passthrough.py,
+whose garbage collector alone is counted), times each call of the stream callable,
 of remembering the turn and of the flow hooks (HOOKS) in CPU time of the thread that runs them
 (`time.thread_time`: what the proxy's CPU rows count, without the other processes), and at
 shutdown (`done`) appends one JSON line of totals to TOOLSHIM_INSIDE_OUT. Flows and behaviour
@@ -21,9 +22,10 @@ import time
 
 import orjson
 
-sys.path.insert(0, os.environ["TOOLSHIM_INSIDE_ADDON"])
-
-from toolshim import addon as toolshim_addon  # noqa: E402
+ADDON = os.environ.get("TOOLSHIM_INSIDE_ADDON", "")  # empty: the baseline (bench/passthrough.py)
+if ADDON:
+    sys.path.insert(0, ADDON)
+    from toolshim import addon as toolshim_addon
 
 HOOKS = ("requestheaders", "request", "responseheaders", "response")
 FIRST_READS = 3  # a stream's first reads, counted apart: they learn its frames and make its lanes
@@ -88,7 +90,6 @@ class Timings:
             setattr(toolshim_addon.ToolShim, hook, self._timed_hook(getattr(toolshim_addon.ToolShim, hook)))
         toolshim_addon.StreamRewrite.__call__ = timed_call
         toolshim_addon.ToolShim._remembering = timed_remembering
-        gc.callbacks.append(self.collected)
 
     def _timed_hook(self, hook):
         timings = self
@@ -115,6 +116,20 @@ class TimedShutdown:
         timings.done()
 
 
+class FlowsCounted:
+    """The baseline's flows (the garbage collector's figures are per flow)."""
+
+    def responseheaders(self, flow) -> None:
+        timings.flows += 1
+
+
 timings = Timings()
-timings.wrap()
-addons = [toolshim_addon.ToolShim(), TimedShutdown()]
+gc.callbacks.append(timings.collected)
+if ADDON:
+    timings.wrap()
+    addons = [toolshim_addon.ToolShim(), TimedShutdown()]
+else:
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from passthrough import Passthrough
+
+    addons = [Passthrough(), FlowsCounted(), TimedShutdown()]
