@@ -35,10 +35,8 @@ class Timings:
     def __init__(self) -> None:
         self.first = [0.0] * FIRST_READS  # seconds in each of a stream's first reads, all streams
         self.later: list[float] = []  # seconds of each later read (the end of the stream's too)
-        self.remembering = 0.0
+        self.parts = {"remembering": 0.0, "hooks": 0.0}  # seconds in remembering the turn, in the flow hooks (HOOKS)
         self.flows = 0
-        self.turns = 0
-        self.hooks = 0.0  # the flow hooks' (HOOKS)
         self.collecting = 0.0  # the garbage collector's pauses, in whichever code they fell
         self._collection_began = 0.0
         self.collections = [0, 0, 0]  # by generation
@@ -51,8 +49,17 @@ class Timings:
             self.collecting += time.thread_time() - self._collection_began
             self.collections[info["generation"]] += 1
 
+    def clock(self) -> tuple[float, float]:
+        """A mark for `since`."""
+        return time.thread_time(), self.collecting
+
+    def since(self, mark: tuple[float, float]) -> float:
+        """CPU seconds of this thread since `mark`, less the garbage collector's pauses meanwhile."""
+        began, collecting = mark
+        return time.thread_time() - began - (self.collecting - collecting)
+
     def wrap(self) -> None:
-        """Time the stream callable and remembering, whichever version of toolshim is loaded."""
+        """Time the stream callable, remembering and the hooks, whichever version of toolshim is loaded."""
         call, remembering = toolshim_addon.StreamRewrite.__call__, toolshim_addon.ToolShim._remembering
         timings = self
 
@@ -61,50 +68,40 @@ class Timings:
             stream._inside_reads = read + 1
             if not read:
                 timings.flows += 1
-            start, collecting = time.thread_time(), timings.collecting
+            mark = timings.clock()
             try:
                 return call(stream, data)
             finally:
-                spent = time.thread_time() - start - (timings.collecting - collecting)
+                spent = timings.since(mark)
                 if read < FIRST_READS:
                     timings.first[read] += spent
                 else:
                     timings.later.append(spent)
 
+        def timed(function, part: str):
+            def run(*args):
+                mark = timings.clock()
+                try:
+                    return function(*args)
+                finally:
+                    timings.parts[part] += timings.since(mark)
+
+            return run
+
         def timed_remembering(shim, flow, state):
             remember = remembering(shim, flow, state)
-            if remember is None:
-                return None
+            return None if remember is None else timed(remember, "remembering")
 
-            def timed(sent, noted) -> None:
-                start, collecting = time.thread_time(), timings.collecting
-                try:
-                    remember(sent, noted)
-                finally:
-                    timings.remembering += time.thread_time() - start - (timings.collecting - collecting)
-                    timings.turns += 1
-
-            return timed
-
-        for hook in HOOKS:
-            setattr(toolshim_addon.ToolShim, hook, self._timed_hook(getattr(toolshim_addon.ToolShim, hook)))
+        for name in HOOKS:
+            setattr(toolshim_addon.ToolShim, name, timed(getattr(toolshim_addon.ToolShim, name), "hooks"))
         toolshim_addon.StreamRewrite.__call__ = timed_call
         toolshim_addon.ToolShim._remembering = timed_remembering
 
-    def _timed_hook(self, hook):
-        timings = self
-
-        def timed(shim, flow) -> None:
-            start, collecting = time.thread_time(), timings.collecting
-            try:
-                hook(shim, flow)
-            finally:
-                timings.hooks += time.thread_time() - start - (timings.collecting - collecting)
-
-        return timed
-
     def done(self) -> None:
-        record = {"flows": self.flows, "turns": self.turns, "first": self.first, "later": self.later, "remembering": self.remembering, "collecting": self.collecting, "collections": self.collections, "hooks": self.hooks}
+        record = {
+            "flows": self.flows, "first": self.first, "later": self.later, **self.parts,
+            "collecting": self.collecting, "collections": self.collections,
+        }  # fmt: skip
         with open(os.environ["TOOLSHIM_INSIDE_OUT"], "ab") as out:
             out.write(orjson.dumps(record) + b"\n")
 
