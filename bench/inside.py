@@ -90,6 +90,11 @@ def summary(totals: dict) -> dict[str, Any]:
     }
 
 
+def collector(figures: dict[str, Any]) -> str:
+    collections = ", ".join(f"{count:.2f}" for count in figures["collections"])
+    return f"{figures['collecting']:.3f} ms a flow (the whole process's; collections a flow by generation: {collections})"
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("kinds", help=f"comma-separated: {', '.join(KINDS)}")
@@ -115,18 +120,17 @@ def main(argv: list[str]) -> int:
             base = got.pop("baseline", None)
             print(f"{name} ({'paced' if args.paced else 'in bursts'}, {args.runs} runs of {STREAMS} flows):")
             for side, figures in got.items():
+                first_reads = ", ".join(f"{each:.3f}" for each in figures["each first"])
                 print(
-                    f"  {side}: {figures['callable']:.3f} ms a flow (remembering {figures['remembering']:.3f}, first three reads "
-                    f"{figures['first']:.3f}: {', '.join(f'{each:.3f}' for each in figures['each first'])}); later reads: median {figures['median']:.0f} µs, p90 {figures['p90']:.0f} µs; "
-                    f"the flow's hooks {figures['hooks']:.3f} ms; the garbage collector, left out of them all: {figures['collecting']:.3f} ms a flow "
-                    f"(the whole process's; collections a flow by generation: {', '.join(f'{n:.2f}' for n in figures['collections'])})"
+                    f"  {side}: {figures['callable']:.3f} ms a flow (remembering {figures['remembering']:.3f}, "
+                    f"first three reads {figures['first']:.3f}: {first_reads}); "
+                    f"later reads: median {figures['median']:.0f} µs, p90 {figures['p90']:.0f} µs; "
+                    f"the flow's hooks {figures['hooks']:.3f} ms; "
+                    f"the garbage collector, left out of them all: {collector(figures)}"
                 )
             print(f"  B/A: {b['callable'] / a['callable']:.3f} (later reads' median {b['median'] / a['median']:.3f})")
             if base is not None:
-                print(
-                    f"  baseline (`stream = True`): the garbage collector {base['collecting']:.3f} ms a flow "
-                    f"(collections a flow by generation: {', '.join(f'{n:.2f}' for n in base['collections'])})"
-                )
+                print(f"  baseline (`stream = True`): the garbage collector {collector(base)}")
     return 0
 
 

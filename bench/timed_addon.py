@@ -35,8 +35,9 @@ class Timings:
     def __init__(self) -> None:
         self.first = [0.0] * FIRST_READS  # seconds in each of a stream's first reads, all streams
         self.later: list[float] = []  # seconds of each later read (the end of the stream's too)
-        self.parts = {"remembering": 0.0, "hooks": 0.0}  # seconds in remembering the turn, in the flow hooks (HOOKS)
+        self.parts = {"remembering": 0.0, "hooks": 0.0}  # seconds in remembering the turn, in the hooks
         self.flows = 0
+        self._reads: dict[int, int] = {}  # reads so far, by open stream (its id: a stream may have slots)
         self.collecting = 0.0  # the garbage collector's pauses, in whichever code they fell
         self._collection_began = 0.0
         self.collections = [0, 0, 0]  # by generation
@@ -64,8 +65,11 @@ class Timings:
         timings = self
 
         def timed_call(stream, data: bytes) -> list[bytes]:
-            read = stream.__dict__.get("_inside_reads", 0)
-            stream._inside_reads = read + 1
+            read = timings._reads.get(id(stream), 0)
+            if data:
+                timings._reads[id(stream)] = read + 1
+            else:  # (the body's end: the stream's last call)
+                timings._reads.pop(id(stream), None)
             if not read:
                 timings.flows += 1
             mark = timings.clock()
