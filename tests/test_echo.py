@@ -92,6 +92,20 @@ def test_what_a_client_assembles_differently_is_a_change(make, request_body, bod
     assert rewriter.changed
 
 
+@pytest.mark.parametrize(("make", "request_body", "body"), [CHANGED[0], CHANGED[3]])
+def test_a_call_made_of_markup_is_a_change_told_without_reading_the_events(make, request_body, body, monkeypatch):
+    """Once the rewriter made a call, no side's events are read into what a client assembles:
+    the call is a difference (a call upstream never sent). (Before it, the text re-cut by the
+    `<` held is read.)"""
+    calls_when_read = []
+    real = make._assembled
+    monkeypatch.setattr(make, "_assembled", staticmethod(lambda raw: calls_when_read.append(rewriter.stats.calls) or real(raw)))
+    rewriter = make(RequestContext.from_body(request_body))
+    rewrite(rewriter, body, 7)
+    assert rewriter.changed and rewriter.stats.calls == 1
+    assert calls_when_read and set(calls_when_read) == {0}
+
+
 def test_a_held_look_alike_past_the_byte_limit_is_compared_by_its_text():
     """Held over more than `EchoCheck.MAX_UNSENT` bytes of events, then released as it came:
     still not a change (the comparison keeps the held text, not the events)."""

@@ -429,7 +429,7 @@ class SseRewriter:
         self._framer = SseFramer()
         self.stats = RewriteStats()
         self.failure: Exception | None = None
-        self._echo = EchoCheck(self._assembled, self._telltales)
+        self._echo = EchoCheck(self._assembled, self._telltales, self.stats)
         # `id:`/`retry:` lines of events rewritten or held, not sent yet: (the number of the
         # event in the stream, its field lines), oldest first.
         self._waiting: list[tuple[int, bytes]] = []
@@ -897,7 +897,8 @@ class EchoCheck:
     there on are read into what a client assembles (`Assembly`, fed by the rewriter's API's
     `assembler`) on each side; once both sides agree again, byte for byte it is. A difference
     in what is assembled, a part of it only one side has, or more held than `MAX_UNSENT` makes
-    `changed` final."""
+    `changed` final; so does a call the rewriter made of markup (its `stats`), once the bytes
+    part, without either side read."""
 
     # Held raw bytes past this mean the rewriter is holding markup over many events (a block, a
     # section): they are read into the assembly (~1 byte a character instead of ~85 of event
@@ -905,7 +906,7 @@ class EchoCheck:
     MAX_UNSENT = 16 * 1024
     MAX_HELD = 16 * 1024
 
-    def __init__(self, assembler: Assembler | None = None, telltales: dict[str, bytes] | None = None) -> None:
+    def __init__(self, assembler: Assembler | None = None, telltales: dict[str, bytes] | None = None, stats: RewriteStats | None = None) -> None:
         self.changed = False
         self._unsent = bytearray()
         self._assembler = assembler
@@ -913,6 +914,9 @@ class EchoCheck:
         # them: ours holding one when the bytes upstream's held back lack them is a difference,
         # told without reading those events (a call made from markup held over many events).
         self._telltales = telltales or {}
+        # The rewriter's counts: once it made a call of markup, what a client assembles differs
+        # (a call upstream never sent), told without reading either side's events (`_compare`).
+        self._stats = stats
         self._assembly: Assembly | None = None
 
     def took(self, raw: bytes) -> None:
@@ -954,7 +958,7 @@ class EchoCheck:
         """What upstream sent that was not read yet, then `pieces` sent, into the assembly (read
         only when something was sent, or too much is held: a block held over many events, then
         made a call, is told apart by the telltales without being read)."""
-        if self._assembler is None:
+        if self._assembler is None or (self._stats is not None and self._stats.calls):
             self._differs()
             return
         unsent, self._unsent = bytes(self._unsent), bytearray()
