@@ -144,7 +144,8 @@ class StreamRewrite:
         on_terminal: Callable[[list[bytes], NotedEvents | None], None] | None = None,
         terminal: TerminalEvent = CHAT_TERMINAL,
     ) -> None:
-        self.rewriter = rewriter
+        self.rewriter: SseRewriter | None = rewriter
+        self._stats: RewriteStats | None = None  # (the rewriter's, once it is let go: `finished`)
         self.decoder = decoder
         self.url = url
         self.keep_upstream = keep_upstream
@@ -231,7 +232,7 @@ class StreamRewrite:
 
     @property
     def stats(self) -> RewriteStats:
-        return self.rewriter.stats
+        return self.rewriter.stats if self.rewriter is not None else self._stats
 
     def release(self) -> None:
         """The flow is done. mitmproxy keeps `response.stream` alive as long as the flow, so let
@@ -239,8 +240,20 @@ class StreamRewrite:
         self.terminal_reached()
         self.sent = []
         self.upstream = []
-        self.rewriter.laned = None  # (its notes hold what the client got)
+        if self.rewriter is not None:
+            self.rewriter.laned = None  # (its notes hold what the client got)
         self.failed = True  # should mitmproxy call again, pass bytes through
+
+    def finished(self) -> None:
+        """The flow is done and annotated: `release`, and let go of the rewriter too. mitmproxy
+        itself keeps a flow's response in a reference cycle (its dataclasses' type checks catch
+        TypeErrors whose tracebacks hold the frames that made it), freed only when its garbage
+        collector runs: what the response holds then is the collector's to find and free, a
+        hundred objects a flow that would fill its youngest generation and wait for a full
+        collection. Dropped here, they go by their reference counts."""
+        self.release()
+        if self.rewriter is not None:
+            self._stats, self.rewriter = self.rewriter.stats, None
 
 
 @dataclass(frozen=True, slots=True)
@@ -677,7 +690,7 @@ class ToolShim:
         changed = stream.rewriter.changed or stream.failed  # after a failure: compare no more
         upstream = b"".join(stream.upstream) if stream.keep_upstream and changed else None
         self._annotate(flow, state, stream.stats, changed=changed, upstream=upstream, failed=stream.failed)
-        stream.release()
+        stream.finished()
 
     def _remembering(self, flow: http.HTTPFlow, state: FlowState) -> Callable[[list[bytes], NotedEvents | None], None] | None:
         """What keeps the reasoning the client is given, for the backends that want it back."""

@@ -49,6 +49,29 @@ _FINISH = re.compile(rb'"finish_reason"\s*:\s*"')
 Part = tuple
 
 
+class CallIndices:
+    """The call indices of one choice, handed out in order to its calls found in markup and to
+    upstream's own (`NativeCalls.allocate`). (Apart from `ChoiceRewriter`, so that the two hold
+    no reference cycle: a choice's objects go by their reference counts, not the collector.)"""
+
+    __slots__ = ("next", "_scope")
+
+    def __init__(self, scope: CallScope) -> None:
+        self.next = 0
+        self._scope = scope
+
+    def take(self) -> int:
+        index = self.next
+        self.next += 1
+        return index
+
+    def take_native(self) -> int:
+        """Upstream's own tool calls keep their order but share our index space."""
+        index = self.take()
+        self._scope.note_upstream_call()
+        return index
+
+
 class ChoiceRewriter:
     """The text channels of one choice: their lexers, call indices and reasoning switch."""
 
@@ -64,8 +87,8 @@ class ChoiceRewriter:
         self._lexers: dict[tuple[str, ...], Lexer] = {}
         self._reasoning_over: set[tuple[str, ...]] = set()  # channels whose `</think>` leaked
         self._open_index: int | None = None
-        self.next_index = 0
-        self.native = NativeCalls(self._allocate_native, self._scope.mint_call_id, stats.stream_repairs, self._scope.tools)  # upstream's own calls
+        self._indices = CallIndices(self._scope)
+        self.native = NativeCalls(self._indices.take_native, self._scope.mint_call_id, stats.stream_repairs, self._scope.tools)  # upstream's own calls
 
     @property
     def idle(self) -> bool:
@@ -107,13 +130,6 @@ class ChoiceRewriter:
         """What the channel's lexer made of a piece of its text (fed by a lane), as parts."""
         self._place(channel, segments, parts)
 
-    def _allocate_native(self) -> int:
-        """Upstream's own tool calls keep their order but share our index space."""
-        index = self.next_index
-        self.next_index += 1
-        self._scope.note_upstream_call()
-        return index
-
     def note_upstream_calls(self, count: int) -> None:
         """A whole message's own calls, listed before any of ours: they count, as when streamed."""
         for _ in range(count):
@@ -122,7 +138,7 @@ class ChoiceRewriter:
     @property
     def emitted_calls(self) -> bool:
         """True once this choice holds a call of ours (upstream's own ones do not count)."""
-        return self.next_index > self.native.emitted
+        return self._indices.next > self.native.emitted
 
     def _place(self, channel: tuple[str, ...], segments: list[Segment], parts: list[Part]) -> None:
         for seg in segments:
@@ -132,8 +148,7 @@ class ChoiceRewriter:
             elif type(seg) is CallArgs:
                 parts.append(("args", self._open_index, seg.text))
             elif type(seg) is CallBegin:
-                self._open_index = self.next_index
-                self.next_index += 1
+                self._open_index = self._indices.take()
                 parts.append(("call", self._open_index, seg.id, seg.name))
             elif type(seg) is CallEnd:
                 self._open_index = None

@@ -1134,13 +1134,12 @@ class TextLane:
     args: Rendered | None = None
     piece: PieceItem | None = None  # where text as it came goes, renumbered
     text: Rendered | None = None
-    read: Direct | None = None  # `held_reader`, once the lane is complete
 
 
 def held_reader(lane: TextLane, core: ResponsesRewriter) -> Direct:
     """What the full path does to a text delta of `lane`'s frame, from its bytes: the events to
     send, or None (nothing done: the full path reads it). A closure, called with the rewriter
-    but not holding it."""
+    but not holding it (nor held by the lane: the two would make a reference cycle)."""
     head, mid, tail, number_first, fixed = lane.frame.head, lane.frame.mid, lane.frame.tail, lane.frame.number_first, lane.frame.fixed
     head_size, mid_size, tail_size = len(head), len(mid), len(tail)
     leaf, loads, dumps = lane.leaf, orjson.loads, orjson.dumps
@@ -1276,12 +1275,13 @@ class ResponsesStreamRewriter(SseRewriter):
         # deltas while it holds markup. Learned from an event read in full, dropped by the next.
         self._quiet: QuietLane | None = None
         self._held: TextLane | None = None
+        self._held_read: Direct | None = None  # its `held_reader`
         self._frame: NumberedFrame | None = None  # the last text delta frame found (`_frame_of`)
         self._quiet_run = 0
 
     def _on_block(self, raw: bytes) -> list[bytes]:
         if self._held is not None:
-            out = self._held.read(self, raw)
+            out = self._held_read(self, raw)
             if out is not None:
                 return out
         elif self._quiet is not None:
@@ -1425,6 +1425,5 @@ class ResponsesStreamRewriter(SseRewriter):
             if lane.text is None:
                 return  # the full path (`passes_plain_delta`) takes plain text
             lane.quiet = True
-        lane.read = held_reader(lane, core)
-        self._held = lane
-        self._direct = self._lane_direct(lane.read)
+        self._held, self._held_read = lane, held_reader(lane, core)
+        self._direct = self._lane_direct(self._held_read)
