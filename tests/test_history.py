@@ -833,3 +833,25 @@ def test_what_the_rewriters_send_is_remembered_the_same_from_steady_bytes(monkey
             monkeypatch.setattr(memory.orjson, "loads", loads)
             deltas = sum(DELTA.search(line) is not None for line in sent.split(b"\n\n"))
             assert parsed["lines"] > 0 and parsed["lines"] < deltas / 2, (name, parsed, deltas)
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        [], [(b"Content-Type", b"application/json")], [(b"Authorization", b"Bearer sk-1")],
+        [(b"authorization", b"Bearer a"), (b"AUTHORIZATION", b"Bearer b")],  # (joined, as mitmproxy's `get` joins them)
+        [(b"x-api-key", b"k\xff\xfe")], [(b"authorization", b""), (b"api-key", b"z")], [(b"X-Goog-Api-Key", b"g"), (b"x-api-key", b"x")],
+    ],
+)  # fmt: skip
+def test_the_credential_scope_of_mitmproxy_headers_is_that_of_their_values(fields):
+    """Read from the raw fields in one pass, the credential is what mitmproxy's own `get` gives
+    for the first of the credential headers that has one."""
+    from mitmproxy.http import Headers
+
+    from toolshim.memory import _CREDENTIAL_HEADERS, credential_scope
+
+    headers = Headers(fields)
+    expected = next((value for value in (headers.get(name) for name in _CREDENTIAL_HEADERS) if value), "")
+    as_mapping = {"authorization": expected} if expected else {}
+    assert credential_scope(headers) == credential_scope(as_mapping)
+    assert (credential_scope(headers) == b"") == (expected == "")

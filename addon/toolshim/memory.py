@@ -45,11 +45,26 @@ KEY_PREFIX = "toolshim:reasoning:"
 def credential_scope(headers: Mapping[str, str]) -> bytes:
     """A digest of the credential the request carries (empty without one): conversations of
     different keys never share state, and the credential itself goes nowhere."""
-    for name in _CREDENTIAL_HEADERS:
-        value = headers.get(name)
-        if value:
-            return hashlib.blake2b(value.encode("utf-8", "surrogateescape"), digest_size=16, person=b"toolshim-cred").digest()
+    fields = getattr(headers, "fields", None)
+    if fields is not None:
+        # mitmproxy's `Headers`: its raw fields read in one pass (its `get` converts the name of
+        # every field, and the one asked for, each time: four names asked for on every request),
+        # a name's values joined as its `get` joins them.
+        found: dict[bytes, list[bytes]] = {}
+        for key, value in fields:
+            name = key.lower()
+            if name in _CREDENTIAL_FIELDS:
+                found.setdefault(name, []).append(value)
+        credentials = (b", ".join(found.get(name, ())) for name in _CREDENTIAL_FIELDS)
+    else:
+        credentials = ((headers.get(name) or "").encode("utf-8", "surrogateescape") for name in _CREDENTIAL_HEADERS)
+    for credential in credentials:
+        if credential:
+            return hashlib.blake2b(credential, digest_size=16, person=b"toolshim-cred").digest()
     return b""
+
+
+_CREDENTIAL_FIELDS = tuple(name.encode() for name in _CREDENTIAL_HEADERS)
 
 
 def message_text(content: Any) -> str:
