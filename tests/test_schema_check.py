@@ -182,3 +182,21 @@ def test_verdicts_and_notes_are_jsonschema_s_with_the_compiled_check_on_or_off(n
 def make_judge(schemas: dict, strict: bool = False) -> ToolCallJudge:
     tools = {name: ToolSpec(name, schema, strict=strict) for name, schema in schemas.items()}
     return ToolCallJudge(CallScope(RequestContext(tools=tools), RewriteStats()))
+
+
+def test_names_and_values_in_a_schema_are_data_to_the_compiled_check(tmp_path):
+    """fastjsonschema writes the schema into Python source it runs: a client's property names,
+    enums and descriptions must stay strings there."""
+    touched = tmp_path / "touched"
+    payloads = [
+        f'a"]: pass\nimport pathlib; pathlib.Path({str(touched)!r}).touch()\n#',
+        f"a'); __import__('pathlib').Path({str(touched)!r}).touch(); ('",
+        f'a\\"; __import__("pathlib").Path({str(touched)!r}).touch(); "',
+        "{}}}{{ \x00\n\r\t",
+    ]
+    for payload in payloads:
+        schema = {"type": "object", "properties": {payload: {"type": "string", "enum": [payload], "description": payload}}, "required": [payload]}
+        fits = _fits(schema)
+        assert fits is not None
+        assert fits({payload: payload}) and not fits({payload: "other"}) and not fits({})
+    assert not touched.exists()

@@ -208,10 +208,12 @@ def _compiled_validator(key: bytes) -> tuple[Any, Callable[[Any], bool] | None, 
 # them, are judged by jsonschema, whose verdict and message stand.
 
 # What both read alike. Left out: what fastjsonschema (draft-07's rules at most) does not read
-# (`prefixItems`, `unevaluated…`, `dependentRequired`, …), reads otherwise (`enum` and `const` by
-# Python's `==`, so `True` is `1`; `multipleOf` on floats; `exclusiveMinimum` as draft-04's
-# boolean), fetches (`$ref`, `$id`), or where "fits" in a part is not "fits" in the whole (`not`
-# and `oneOf` turn a part the compiled check refused, which jsonschema may have taken, into a fit).
+# (`prefixItems`, `unevaluated…`, `dependentRequired`, …), reads otherwise or may (`multipleOf` on
+# floats: 0.07 a multiple of 0.01 to fastjsonschema, not to jsonschema; `enum` and `const` of
+# numbers and booleans, whose equality each library tells its own way; `pattern`, whose `$`
+# fastjsonschema reads as the string's very end; `exclusiveMinimum`, a boolean in draft-04),
+# fetches (`$ref`, `$id`), or where "fits" in a part is not "fits" in the whole (`not` and `oneOf`
+# turn a part the compiled check refused, which jsonschema may have taken, into a fit).
 _FITS_SUBSCHEMA = frozenset({"additionalProperties", "items"})
 _FITS_SUBSCHEMAS = frozenset({"anyOf", "allOf"})
 _FITS_PLAIN = frozenset({"type", "required", "minItems", "maxItems", "minLength", "maxLength", "minProperties", "maxProperties", "minimum", "maximum"})
