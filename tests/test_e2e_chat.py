@@ -210,3 +210,32 @@ def test_plain_text_written_eight_events_a_write_passes_byte_for_byte(upstream, 
     upstream.add(unique_model + "-sdk", chunks=writes, delay=0.002)
     stream = openai_client.chat.completions.create(model=unique_model + "-sdk", messages=MESSAGES, stream=True)
     assert "".join(chunk.choices[0].delta.content or "" for chunk in stream if chunk.choices) == "".join(words)
+
+
+SET_TEMP = {
+    "type": "function",
+    "function": {
+        "name": "set_temp", "strict": True,
+        "parameters": {"type": "object", "properties": {"celsius": {"type": "number"}}, "required": ["celsius"], "additionalProperties": False},
+    },
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(("arguments", "fits"), [('{"celsius": 21.5}', True), ('{"celsius": "warm"}', False), ('{"celsius": 21, "room": "x"}', False)])
+def test_a_strict_tool_s_schema_decides_the_call_through_mitmdump(upstream, openai_client, unique_model, arguments, fits):
+    """The schema check (the compiled one where it takes the schema, jsonschema for misfits)
+    through a real mitmdump: arguments that fit become a call; a strict tool's misfit stays text."""
+    model = f"Qwen2.5-{unique_model}"
+    pieces = ["Setting it.\n<tool_call>\n", '{"name": "set_temp", "arguments": ', arguments, "}\n</tool_call>"]
+    chunks = [chat_chunk(model, role="assistant", content="")] + [chat_chunk(model, content=p) for p in pieces] + [chat_chunk(model, finish_reason="stop")]
+    upstream.add(model, chunks=[sse_body(chunks)])
+    state = ChatCompletionStreamState()
+    for c in openai_client.chat.completions.create(model=model, messages=MESSAGES, stream=True, tools=[SET_TEMP]):
+        state.handle_chunk(c)
+    message = state.get_final_completion().choices[0].message
+    if fits:
+        assert [(c.function.name, json.loads(c.function.arguments)) for c in message.tool_calls] == [("set_temp", {"celsius": 21.5})]
+        assert message.content == "Setting it."
+    else:
+        assert not message.tool_calls
+        assert message.content == "".join(pieces)
