@@ -37,6 +37,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
+from types import FunctionType
 from typing import Any
 
 import orjson
@@ -1017,19 +1018,28 @@ _SENTINEL_NUMBER = 1234567890123
 
 class QuietLane:
     """Plain text deltas into a part whose lexer is idle (`passes_plain_delta`), from their
-    bytes: `read(rewriter, raw)` passes `raw` as it came (its number taken), or answers None
-    (nothing done: the full path reads it); `direct`, the same straight from `feed`. The text is
-    kept lazily: the string bodies as they came, one JSON string body together (each is one
-    whole, checked), decoded into the part's text at once by `flush`, before anything else reads
-    or adds to it."""
+    bytes: `quiet_read(rewriter, raw)` passes `raw` as it came (its number taken), or answers
+    None (nothing done: the full path reads it); `quiet_direct`, the same straight from `feed`.
+    The text is kept lazily: the string bodies as they came, one JSON string body together (each
+    is one whole, checked), decoded into the part's text at once by `flush`, before anything
+    else reads or adds to it.
 
-    __slots__ = ("read", "direct", "bodies", "_texts")
+    The lane holds the frame's bytes as the readers use them; the readers are functions of the
+    module, called with the rewriter, whose `_quiet` the lane is. (Closures made for each lane
+    cost a flow a cell for each value they hold: each an object the garbage collector counts
+    while the flow lives, and a cache line each read touches.)"""
 
-    def __init__(self, frame: NumberedFrame, texts: TextPieces, core: ResponsesRewriter, echo: EchoCheck) -> None:
+    __slots__ = ("bodies", "_texts", "numbered", "head", "tail", "head_size", "tail_size", "number_first")
+
+    def __init__(self, frame: NumberedFrame, texts: TextPieces) -> None:
         self.bodies = bytearray()
         self._texts = texts
-        self.read = quiet_reader(frame, self.bodies, core, None)
-        self.direct = quiet_reader(frame, self.bodies, core, echo)
+        self.head, self.tail, self.number_first = frame.head, frame.tail, frame.number_first
+        self.head_size, self.tail_size = len(frame.head), len(frame.tail)
+        # The frame's bytes on the number's side of the text, the number put in: the event is the
+        # frame around its text and the number expected, compared in one call each side.
+        before, after = (frame.head, frame.mid) if frame.number_first else (frame.mid, frame.tail)
+        self.numbered = before.replace(b"%", b"%%") + b"%d" + after.replace(b"%", b"%%")
 
     def flush(self) -> None:
         if self.bodies:
@@ -1041,37 +1051,33 @@ class QuietLane:
 # backslash (an escape), a control character, a `<`, a `[`, DEL and anything not ASCII. A body
 # without them is one valid JSON string body by itself, and no marker starts in it.
 _UNUSUAL = re.compile(rb'[\x00-\x1f"<\[\\\x7f-\xff]')
+_unusual = _UNUSUAL.search
 
 
-def quiet_reader(frame: NumberedFrame, bodies: bytearray, core: ResponsesRewriter, echo: EchoCheck | None) -> Direct:
-    """`QuietLane.read`: what `passes_plain_delta` does to an event of `frame`. With `echo`, a
-    lane taken straight from `feed` (refused while the echo check holds anything). A closure,
-    called with the rewriter but not holding it: the fewest lookups on the commonest path."""
-    head, mid, tail, number_first = frame.head, frame.mid, frame.tail, frame.number_first
-    head_size, tail_size = len(head), len(tail)
-    loads, keep, unusual = orjson.loads, bodies.extend, _UNUSUAL.search
-    # The frame's bytes on the number's side of the text, the number put in: the event is the
-    # frame around its text and the number expected, compared in one call each side.
-    before, after = (head, mid) if number_first else (mid, tail)
-    numbered = before.replace(b"%", b"%%") + b"%d" + after.replace(b"%", b"%%")
+def _quiet_reader(checks_echo: bool) -> Direct:
+    """What `passes_plain_delta` does to an event of the rewriter's `_quiet` lane's frame.
+    `checks_echo`: the lane taken straight from `feed`, refused while the echo check holds
+    anything. Made twice, when the module loads: `quiet_read` and `quiet_direct`."""
+    loads = orjson.loads
 
-    def read(_rewriter: object, raw: bytes) -> list[bytes] | None:
-        if echo is not None and (echo._unsent or echo._assembly is not None):
+    def read(rewriter: ResponsesStreamRewriter, raw: bytes) -> list[bytes] | None:
+        if checks_echo and ((echo := rewriter._echo)._unsent or echo._assembly is not None):
             return None
-        expected = numbered % core._seq
+        lane, core = rewriter._quiet, rewriter._core
+        expected = lane.numbered % core._seq
         size = len(raw)  # (slices, not `startswith` and `endswith`: see sse.py)
-        if number_first:
-            start, end = len(expected), size - tail_size
-            if raw[:start] != expected or raw[end:] != tail:
+        if lane.number_first:
+            start, end = len(expected), size - lane.tail_size
+            if raw[:start] != expected or raw[end:] != lane.tail:
                 return None
         else:
-            start, end = head_size, size - len(expected)
-            if raw[:start] != head or raw[end:] != expected:
+            start, end = lane.head_size, size - len(expected)
+            if raw[:start] != lane.head or raw[end:] != expected:
                 return None
         if end < start:
             return None
         body = raw[start:end]
-        if unusual(body) is not None:
+        if _unusual(body) is not None:
             # What `markup_may_start` looks for: a `<`, a `[`, a `\u003.` escape; then the body
             # must be one JSON string (a quote, a line end, a bad escape fail the decoding).
             if 60 in body or 91 in body or 10 in body or (92 in body and body.find(b"\\u003") >= 0):
@@ -1080,11 +1086,14 @@ def quiet_reader(frame: NumberedFrame, bodies: bytearray, core: ResponsesRewrite
                 loads(raw[start - 1 : end + 1])
             except orjson.JSONDecodeError:
                 return None
-        keep(body)
+        lane.bodies += body
         core._seq += 1
         return [raw]
 
     return read
+
+
+quiet_read, quiet_direct = _quiet_reader(False), _quiet_reader(True)
 
 
 @dataclass(slots=True)
@@ -1112,155 +1121,175 @@ class Rendered:
         return self.head + body + self.mid + b"%d" % seq + self.tail
 
 
-@dataclass(slots=True)
 class TextLane:
     """Text deltas of one part whose lexer is read (`ArgsLane` in chat.py, for Responses): the
     part's lexer holds markup, or its text goes to an item of ours (cut by a call before): held
     text sends nothing; a piece of a live call's arguments one delta event (`args`); text as it
-    came the same delta, renumbered (`text`)."""
+    came the same delta, renumbered (`text`). Read by `held_read` (or `held_read_runs`, whose
+    `run` takes a read's events that add to a block the leaf holds whole), called with the
+    rewriter, whose `_held` the lane is (see `QuietLane` for why functions of the module)."""
 
-    frame: NumberedFrame
-    source: SourceItem
-    key: int  # the part's content_index
-    lexer: Lexer  # the part's
-    leaf: Lexer
-    path: list[Lexer]
-    finished: bool  # the lexers around the leaf were finished last (see chat.ArgsLane)
-    # The part's lexer is idle and its text goes out renumbered (`text`): text in which no
-    # marker can start goes out without it. Set where the lane is armed, and after the lane
-    # feeds the lexer (False where it may no longer be idle: always safe).
-    quiet: bool = False
-    call: OpenCall | None = None  # the call open in this part, if any
-    args: Rendered | None = None
-    piece: PieceItem | None = None  # where text as it came goes, renumbered
-    text: Rendered | None = None
+    __slots__ = (
+        "frame", "source", "key", "lexer", "leaf", "path", "finished", "quiet", "call", "args", "piece", "text",
+        "head", "mid", "tail", "number_first", "fixed", "head_size", "mid_size", "tail_size", "steady", "live", "holder",
+        "bare_tail", "bare_tail_size",
+    )  # fmt: skip
+
+    def __init__(self, frame: NumberedFrame, source: SourceItem, key: int, lexer: Lexer, leaf: Lexer, path: list[Lexer], finished: bool) -> None:
+        self.frame, self.source, self.key, self.lexer, self.leaf, self.path = frame, source, key, lexer, leaf, path
+        self.finished = finished  # the lexers around the leaf were finished last (see chat.ArgsLane)
+        # The part's lexer is idle and its text goes out renumbered (`text`): text in which no
+        # marker can start goes out without it. Set where the lane is armed, and after the lane
+        # feeds the lexer (False where it may no longer be idle: always safe).
+        self.quiet = False
+        self.call: OpenCall | None = None  # the call open in this part, if any
+        self.args: Rendered | None = None
+        self.piece: PieceItem | None = None  # where text as it came goes, renumbered
+        self.text: Rendered | None = None
+        # (What the readers read of the frame per event, one lookup each)
+        self.head, self.mid, self.tail, self.number_first, self.fixed = frame.head, frame.mid, frame.tail, frame.number_first, frame.fixed
+        self.head_size, self.mid_size, self.tail_size = len(frame.head), len(frame.mid), len(frame.tail)
+        # The leaf's steady pieces, taken without the segments `feed` would make of
+        # them (`Lexer.steady_piece`; not a chain's), and whether arguments made go out (`live`:
+        # set by `ready`, once `args` is).
+        self.steady = getattr(type(leaf), "steady_piece", None)  # (the class's function: see chat.ArgsLane)
+        self.live = False
+        # A chain's first stage holding a block makes nothing for its second to read: it takes the run.
+        self.holder = leaf.first if type(leaf) is ChainLexer else leaf
+        self.bare_tail = frame.tail[:-2]  # (the events of a read split at their blank lines)
+        self.bare_tail_size = len(self.bare_tail)
+
+    def ready(self) -> Direct:
+        """The reader of the lane, its `call`, `args`, `piece` and `text` set: `held_read_runs`
+        when its events may add to a block the leaf holds whole (a run of them taken at once)."""
+        self.live = self.finished and self.args is not None
+        holder = self.holder
+        if self.steady is not None or not hasattr(holder, "held_bulk") or not hasattr(holder, "holds_block") or not self.tail.endswith(b"\n\n"):
+            return held_read
+        return held_read_runs
 
 
-def held_reader(lane: TextLane, core: ResponsesRewriter) -> Direct:
-    """What the full path does to a text delta of `lane`'s frame, from its bytes: the events to
-    send, or None (nothing done: the full path reads it). A closure, called with the rewriter
-    but not holding it (nor held by the lane: the two would make a reference cycle)."""
-    head, mid, tail, number_first, fixed = lane.frame.head, lane.frame.mid, lane.frame.tail, lane.frame.number_first, lane.frame.fixed
-    head_size, mid_size, tail_size = len(head), len(mid), len(tail)
-    leaf, loads, dumps = lane.leaf, orjson.loads, orjson.dumps
-    # The leaf's steady pieces, taken without the segments `feed` would make of them
-    # (`Lexer.steady_piece`; not a chain's), and whether arguments made go out (`args`).
-    steady = getattr(leaf, "steady_piece", None)
-    live = lane.finished and lane.args is not None
-
-    def read(rewriter: ResponsesStreamRewriter, raw: bytes) -> list[bytes] | None:
-        # (Slices, `partition` and `in`, not `startswith`, `find` and the like: see sse.py.)
-        size = len(raw)
-        if size < fixed or raw[:head_size] != head or raw[size - tail_size :] != tail:
-            return None
-        # The string's body and the number, `mid` between them (the first `mid` after the
-        # number, the last before it: a string body holds none, its quotes escaped).
-        if number_first:
-            digits, found, string = raw[head_size : size - tail_size].partition(mid)
-            start = head_size + len(digits) + mid_size
-        else:
-            string, found, digits = raw[head_size : size - tail_size].rpartition(mid)
-            start = head_size
-        end = start + len(string)
-        # (the number is ours to set, but it must be a JSON number as it stands: no sign, no
-        # leading zero)
-        if not found or not digits.isdigit() or (digits[0] == 48 and len(digits) > 1) or (lane.text is None and leaf.idle):
-            return None
-        if 10 in string:
-            return None  # several events: no one string (told without the decoder's costly error)
-        try:
-            text = loads(raw[start - 1 : end + 1])
-        except orjson.JSONDecodeError:
-            return None
-        if not text:
-            return None
-        if lane.quiet and not markup_may_start(raw[start - 1 : end + 1]):
-            # `passes_plain_delta`'s case where the numbering is ours: the lexer, idle, would
-            # give back text in which no marker can start as it came (prose after a call).
-            # (The string with its quotes: a bracket marker begun at its end is told by the quote.)
+def held_read(rewriter: ResponsesStreamRewriter, raw: bytes) -> list[bytes] | None:
+    """What the full path does to a text delta of the rewriter's `_held` lane's frame, from its
+    bytes: the events to send, or None (nothing done: the full path reads it)."""
+    # (Slices, `partition` and `in`, not `startswith`, `find` and the like: see sse.py.)
+    lane = rewriter._held
+    size = len(raw)
+    head_size, tail_size = lane.head_size, lane.tail_size
+    if size < lane.fixed or raw[:head_size] != lane.head or raw[size - tail_size :] != lane.tail:
+        return None
+    # The string's body and the number, `mid` between them (the first `mid` after the
+    # number, the last before it: a string body holds none, its quotes escaped).
+    if lane.number_first:
+        digits, found, string = raw[head_size : size - tail_size].partition(lane.mid)
+        start = head_size + len(digits) + lane.mid_size
+    else:
+        string, found, digits = raw[head_size : size - tail_size].rpartition(lane.mid)
+        start = head_size
+    end = start + len(string)
+    leaf = lane.leaf
+    # (the number is ours to set, but it must be a JSON number as it stands: no sign, no
+    # leading zero)
+    if not found or not digits.isdigit() or (digits[0] == 48 and len(digits) > 1) or (lane.text is None and leaf.idle):
+        return None
+    if 10 in string:
+        return None  # several events: no one string (told without the decoder's costly error)
+    try:
+        text = _loads(raw[start - 1 : end + 1])
+    except orjson.JSONDecodeError:
+        return None
+    if not text:
+        return None
+    core = rewriter._core
+    if lane.quiet and not markup_may_start(raw[start - 1 : end + 1]):
+        # `passes_plain_delta`'s case where the numbering is ours: the lexer, idle, would
+        # give back text in which no marker can start as it came (prose after a call).
+        # (The string with its quotes: a bracket marker begun at its end is told by the quote.)
+        lane.piece.add_text(lane.key, text)
+        seq = core._seq
+        core._seq = seq + 1
+        body = string if 92 not in string else orjson.dumps(text)[1:-1]
+        return [lane.text.event(body, seq)]
+    if (steady := lane.steady) is not None and (made := steady(leaf, text, lane.live)) is not None:
+        # The commonest event of a tool-call stream: a piece of a call's arguments, held or sent.
+        lane.quiet = False  # (as after any piece the lexer reads)
+        lane.source.altered = True
+        if not made:
+            return []
+        lane.call.arguments.append(made)
+        seq = core._seq
+        core._seq = seq + 1
+        body = string if made == text and 92 not in string else orjson.dumps(made)[1:-1]
+        return [lane.args.event(body, seq)]
+    segments = leaf.feed(text)
+    lane.quiet = False
+    if not segments:
+        lane.source.altered = True
+        if lane.text is None and leaf.idle:  # the next deltas may pass as they came: the full path decides
+            rewriter._held = rewriter._direct = None
+        return []
+    if len(segments) == 1:
+        kind = type(segments[0])
+        if kind is CallArgs and lane.finished and lane.args is not None:
+            piece = segments[0].text
+            lane.call.arguments.append(piece)
+            lane.source.altered = True
+            seq = core._seq
+            core._seq = seq + 1
+            body = string if piece == text and 92 not in string else orjson.dumps(piece)[1:-1]
+            return [lane.args.event(body, seq)]
+        if kind is Text and lane.text is not None and segments[0].text == text:
+            lane.quiet = lane.lexer.idle
             lane.piece.add_text(lane.key, text)
             seq = core._seq
             core._seq = seq + 1
-            body = string if 92 not in string else dumps(text)[1:-1]
+            body = string if 92 not in string else orjson.dumps(text)[1:-1]
             return [lane.text.event(body, seq)]
-        if steady is not None and (made := steady(text, live)) is not None:
-            # The commonest event of a tool-call stream: a piece of a call's arguments, held or sent.
-            lane.quiet = False  # (as after any piece the lexer reads)
-            lane.source.altered = True
-            if not made:
-                return []
-            lane.call.arguments.append(made)
-            seq = core._seq
-            core._seq = seq + 1
-            body = string if made == text and 92 not in string else dumps(made)[1:-1]
-            return [lane.args.event(body, seq)]
-        segments = leaf.feed(text)
-        lane.quiet = False
-        if not segments:
-            lane.source.altered = True
-            if lane.text is None and leaf.idle:  # the next deltas may pass as they came: the full path decides
-                rewriter._held = rewriter._direct = None
-            return []
-        if len(segments) == 1:
-            kind = type(segments[0])
-            if kind is CallArgs and lane.finished and lane.args is not None:
-                piece = segments[0].text
-                lane.call.arguments.append(piece)
-                lane.source.altered = True
-                seq = core._seq
-                core._seq = seq + 1
-                body = string if piece == text and 92 not in string else dumps(piece)[1:-1]
-                return [lane.args.event(body, seq)]
-            if kind is Text and lane.text is not None and segments[0].text == text:
-                lane.quiet = lane.lexer.idle
-                lane.piece.add_text(lane.key, text)
-                seq = core._seq
-                core._seq = seq + 1
-                body = string if 92 not in string else dumps(text)[1:-1]
-                return [lane.text.event(body, seq)]
-        # Anything else: what the lexers around the leaf make of it, then the full path.
-        event, block = read_event(raw)
-        rewriter._last_type = event["type"]
-        return rewriter._read_in_full(raw, event, block.event, unwind(lane.path, segments))
+    # Anything else: what the lexers around the leaf make of it, then the full path.
+    event, block = read_event(raw)
+    rewriter._last_type = event["type"]
+    return rewriter._read_in_full(raw, event, block.event, unwind(lane.path, segments))
 
-    # A chain's first stage holding a block makes nothing for its second to read: it takes the run.
-    holder = leaf.first if type(leaf) is ChainLexer else leaf
-    bulk, holding = getattr(holder, "held_bulk", None), getattr(holder, "holds_block", None)
-    if bulk is None or holding is None or steady is not None or not tail.endswith(b"\n\n"):
-        return read
-    bare_tail = tail[:-2]  # (the events of a read split at their blank lines)
-    bare_tail_size = len(bare_tail)
 
-    def run(_rewriter: ResponsesStreamRewriter, events: list[bytes], first: int) -> int:
-        """`SseRewriter._feed_read`'s events from `first` (split at their blank lines) that
-        add to the block the leaf holds, taken at once: their texts fed as one (the lexers read
-        text the same however it is cut), none sent. How many: 0, none (`read` takes the next);
-        -n, none of the next n (looked at, no run: `read` takes each)."""
-        if lane.quiet or not holding():  # (quiet: the part's lexer is idle, it holds nothing)
-            return 0
-        bodies = []
-        for raw in events[first:]:
-            # `read`'s checks, but the text's: one JSON string each is checked below, and one
-            # with a `<` (a tag may begin) ends the run
-            stop = len(raw) - bare_tail_size
-            if raw[:head_size] != head or raw[stop:] != bare_tail:
-                break
-            if number_first:  # (head and tail overlapping: nothing between them, no `mid`)
-                digits, found, body = raw[head_size:stop].partition(mid)
-            else:
-                body, found, digits = raw[head_size:stop].rpartition(mid)
-            if not found or not digits.isdigit() or (digits[0] == 48 and len(digits) > 1) or 60 in body or not body:
-                break
-            bodies.append(body)
-        if len(bodies) < 2:
-            return 0
-        texts = each_string(bodies)
-        if texts is None or not bulk("".join(texts)):  # (no string alone, a `<` escaped, the cap: nothing taken)
-            return -len(bodies)
-        return len(bodies)  # (the piece that opened the block marked its item altered)
+_loads = orjson.loads
 
-    read.run = run  # type: ignore[attr-defined]
-    return read
+
+def _held_run(rewriter: ResponsesStreamRewriter, events: list[bytes], first: int) -> int:
+    """`SseRewriter._feed_read`'s events from `first` (split at their blank lines) that add to
+    the block the rewriter's `_held` lane's leaf holds, taken at once: their texts fed as one
+    (the lexers read text the same however it is cut), none sent. How many: 0, none
+    (`held_read` takes the next); -n, none of the next n (looked at, no run: it takes each)."""
+    lane = rewriter._held
+    holder = lane.holder
+    if lane.quiet or not holder.holds_block():  # (quiet: the part's lexer is idle, it holds nothing)
+        return 0
+    head, head_size, mid, bare_tail, bare_tail_size, number_first = lane.head, lane.head_size, lane.mid, lane.bare_tail, lane.bare_tail_size, lane.number_first
+    bodies = []
+    for raw in events[first:]:
+        # `held_read`'s checks, but the text's: one JSON string each is checked below, and one
+        # with a `<` (a tag may begin) ends the run
+        stop = len(raw) - bare_tail_size
+        if raw[:head_size] != head or raw[stop:] != bare_tail:
+            break
+        if number_first:  # (head and tail overlapping: nothing between them, no `mid`)
+            digits, found, body = raw[head_size:stop].partition(mid)
+        else:
+            body, found, digits = raw[head_size:stop].rpartition(mid)
+        if not found or not digits.isdigit() or (digits[0] == 48 and len(digits) > 1) or 60 in body or not body:
+            break
+        bodies.append(body)
+    if len(bodies) < 2:
+        return 0
+    texts = each_string(bodies)
+    if texts is None or not holder.held_bulk("".join(texts)):  # (no string alone, a `<` escaped, the cap: nothing taken)
+        return -len(bodies)
+    return len(bodies)  # (the piece that opened the block marked its item altered)
+
+
+# `held_read` under a second name, with a `run`: `_feed_read` picks its loop by the lane's `run`,
+# so a lane that takes no runs is not offered them at all (as chat.py's `_held_read`).
+held_read_runs = FunctionType(held_read.__code__, held_read.__globals__, "held_read_runs", held_read.__defaults__, held_read.__closure__)
+held_read_runs.run = _held_run  # type: ignore[attr-defined]
 
 
 class ResponsesStreamRewriter(SseRewriter):
@@ -1275,7 +1304,7 @@ class ResponsesStreamRewriter(SseRewriter):
         # deltas while it holds markup. Learned from an event read in full, dropped by the next.
         self._quiet: QuietLane | None = None
         self._held: TextLane | None = None
-        self._held_read: Direct | None = None  # its `held_reader`
+        self._held_read: Direct | None = None  # its reader (`TextLane.ready`)
         self._frame: NumberedFrame | None = None  # the last text delta frame found (`_frame_of`)
         self._quiet_run = 0
 
@@ -1285,7 +1314,7 @@ class ResponsesStreamRewriter(SseRewriter):
             if out is not None:
                 return out
         elif self._quiet is not None:
-            if self._quiet.read(self, raw) is not None:
+            if quiet_read(self, raw) is not None:
                 return [raw]
             self._quiet.flush()  # the full path may add to the part's text
         self._last_type = None
@@ -1389,8 +1418,8 @@ class ResponsesStreamRewriter(SseRewriter):
         frame = self._frame_of(raw, event)
         texts = source.piece.texts.get(key)
         if frame is not None and texts is not None:
-            self._quiet = QuietLane(frame, texts, core, self._echo)
-            self._direct = self._quiet.direct
+            self._quiet = QuietLane(frame, texts)
+            self._direct = quiet_direct
 
     def _arm(self, raw: bytes, event: dict[str, Any], name: str | None) -> None:
         """After a text delta read in full: the lane of the next deltas of its part (see
@@ -1425,5 +1454,5 @@ class ResponsesStreamRewriter(SseRewriter):
             if lane.text is None:
                 return  # the full path (`passes_plain_delta`) takes plain text
             lane.quiet = True
-        self._held, self._held_read = lane, held_reader(lane, core)
+        self._held, self._held_read = lane, lane.ready()
         self._direct = self._lane_direct(self._held_read)
