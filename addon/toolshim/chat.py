@@ -274,11 +274,13 @@ class ArgsLane:
         self.guarded = guarded(self.path)  # the leaf takes only text no marker can begin in (`live_path`)
         # The leaf's steady pieces, taken without the segments `feed` would make of them
         # (`Lexer.steady_piece`). Not for a chain's leaf, which may change, nor a guarded one,
-        # whose text may begin a marker the chain around it reads.
-        self.steady = None if self.chained or self.guarded else getattr(self.leaf, "steady_piece", None)
+        # whose text may begin a marker the chain around it reads. The class's functions, called
+        # with the leaf: a bound method kept would be an object more a lane holds, for the
+        # garbage collector to count (see `TextLane` in responses.py).
+        self.steady = None if self.chained or self.guarded else getattr(type(self.leaf), "steady_piece", None)
         # The same for a read of several events at once (`_args_burst`), where the lane sends one
         # event for each piece and nothing for a piece that makes nothing.
-        steady_bodies = getattr(self.leaf, "steady_bodies", None) if self.steady is not None else None
+        steady_bodies = getattr(type(self.leaf), "steady_bodies", None) if self.steady is not None else None
         self.steady_bodies = steady_bodies if self.alone and not self.held else None
 
     def past_idle_first(self) -> Lexer:
@@ -800,7 +802,7 @@ class ChatStreamRewriter(SseRewriter):
             # (The frame's own bytes were read in full: only the string can name the field, as
             # the full path reads it: `raw.find(b'"reasoning')`.)
             self._reasoning_field_known = True
-        if (steady := lane.steady) is None or (piece := steady(text, lane.finished)) is None:
+        if (steady := lane.steady) is None or (piece := steady(lane.leaf, text, lane.finished)) is None:
             leaf = lane.leaf
             if lane.chained and leaf.first.idle and not leaf.second.idle:
                 leaf = lane.past_idle_first()  # (armed while the first stage held something)
@@ -845,7 +847,7 @@ class ChatStreamRewriter(SseRewriter):
         lane = self._args
         if lane.steady_bodies is None or (not self._reasoning_field_known and data.find(b"reasoning") >= 0):
             return None  # (`_args_read` notes a text that names the reasoning field; `find`: see addon.py)
-        return burst_events(data, lane.frame, lane.steady_bodies, lane.finished, lane.head, lane.tail, self.laned)
+        return burst_events(data, lane.frame, lane.leaf.steady_bodies, lane.finished, lane.head, lane.tail, self.laned)
 
     # (`_feed_read` offers a read of several events to the lane's `burst` first.)
     _args_read.burst = _args_burst  # type: ignore[attr-defined]

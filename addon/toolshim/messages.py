@@ -718,7 +718,8 @@ class BlockLane:
     quiet: bool = False
     start: int = 0  # where the string's body begins
     # The leaf's steady pieces, taken without the segments `feed` would make of them
-    # (`Lexer.steady_piece`; not a chain's), and whether arguments made go out (`args`).
+    # (`Lexer.steady_piece`; not a chain's: the class's function, called with the leaf, as chat.py's
+    # `ArgsLane` keeps it), and whether arguments made go out (`args`).
     steady: Any = None
     live: bool = False
     steady_bodies: Any = None  # (the same for a read of several events: `_block_burst`)
@@ -945,8 +946,8 @@ class MessagesStreamRewriter(SseRewriter):
             current is not None and source.open_call is None and not source.as_content and current.index == source.index and current.kind == source.kind
         )
         lane.quiet = lane.text is not None and not lane.quiet_if_idle and source.lexer.idle
-        lane.steady = getattr(leaf, "steady_piece", None)
-        lane.steady_bodies = getattr(leaf, "steady_bodies", None) if lane.steady is not None else None
+        lane.steady = getattr(type(leaf), "steady_piece", None)
+        lane.steady_bodies = getattr(type(leaf), "steady_bodies", None) if lane.steady is not None else None
         lane.live = lane.finished and lane.args is not None
         if (laned := self.laned) is not None:  # (see chat.py's `_arm`)
             if lane.args is not None:
@@ -988,7 +989,7 @@ class MessagesStreamRewriter(SseRewriter):
             if lane.notes_text and (laned := self.laned) is not None:
                 laned.append(event)
             return [event]
-        if (steady := lane.steady) is not None and (made := steady(text, lane.live)) is not None:
+        if (steady := lane.steady) is not None and (made := steady(lane.leaf, text, lane.live)) is not None:
             # The commonest event of a tool-call stream: a piece of a call's arguments.
             lane.quiet = False  # (as after any piece the lexer reads)
             if not made:
@@ -1042,7 +1043,7 @@ class MessagesStreamRewriter(SseRewriter):
         lane = self._block
         if lane.steady_bodies is None or lane.args is None:
             return None
-        return burst_events(data, lane.frame, lane.steady_bodies, lane.live, *lane.args, self.laned)
+        return burst_events(data, lane.frame, lane.leaf.steady_bodies, lane.live, *lane.args, self.laned)
 
     # (`_feed_read` offers a read of several events to the lane's `burst` first.)
     _block_read.burst = _block_burst  # type: ignore[attr-defined]

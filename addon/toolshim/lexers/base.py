@@ -324,9 +324,14 @@ class TextPieces:
             self._joined.append("".join(self._recent))
             self._recent.clear()
 
+    def clear(self) -> None:
+        self._joined.clear()
+        self._recent.clear()
+
     def text(self) -> str:
         """Everything appended, in order (kept joined for the next call)."""
         text = "".join(self._joined) + "".join(self._recent)
-        self._joined = [text]
+        self._joined.clear()
+        self._joined.append(text)
         self._recent.clear()
         return text

@@ -290,6 +290,11 @@ class BlockLexer(Reporting):
         self._max_held = max_held
         self._pass_through = not scope.tools  # nothing held, nothing scanned
         self.examined = 0  # characters of JSON bodies examined by the scanner, over the lexer's life
+        # The block as written, marker included; the text shown among its calls (XmlParams'
+        # IN_WRAP): (number of calls before it, start, end). Emptied for each block, not made
+        # again: each object a stream holds counts toward the garbage collector's next run.
+        self._raw = TextPieces()
+        self._texts: list[tuple[int, int, int]] = []
         self._reset()
         if self._state != TEXT:
             self._report(False)
@@ -330,13 +335,12 @@ class BlockLexer(Reporting):
 
     def _reset_block(self) -> None:
         self._block_pad = ""  # the padding in front of the current block's marker
-        self._raw = TextPieces()  # the block as written, marker included
+        self._raw.clear()
         self._size = 0  # its length: offsets into the block are counted in it
         self._last = ""  # its last character (does a tag open a line?)
         self._name = ""  # the name being read
         self._value_at = 0  # where the current value begins in the block
-        # Text shown among the calls (XmlParams' IN_WRAP): (number of calls before it, start, end).
-        self._texts: list[tuple[int, int, int]] = []
+        self._texts.clear()
         self._reset_body()
 
     def feed(self, text: str) -> list[Segment]:
@@ -631,8 +635,13 @@ class JsonCallsLexer(BlockLexer):
         tags = tuple(tag for tag in (b.close, b.open) if tag)
         return {"_steps": {OPEN: _opener("{[", JSON, mark=False), JSON: _follow("_scanner", tags, cls._value_closed, cls._tag_read)}}
 
+    _scanner: JsonScanner | None = None
+
     def _reset_body(self) -> None:
-        self._scanner = JsonScanner(stops="<")
+        if self._scanner is None:
+            self._scanner = JsonScanner(stops="<")
+        else:
+            self._scanner.reset()  # (one a lexer: see `_raw`)
         self._value_end = -1  # size at which the top-level value closed, -1 while it is open
 
     def feed(self, text: str) -> list[Segment]:

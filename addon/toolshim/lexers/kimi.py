@@ -228,9 +228,12 @@ class KimiLexer(TokenLexer):
                 held += body
         if held:
             ws = orjson.loads(b'"' + held + b'"')
-            self._ws, self._ws_len = [ws], len(ws)
+            self._ws.clear()
+            self._ws.append(ws)
+            self._ws_len = len(ws)
         elif self._ws:
-            self._ws, self._ws_len = [], 0
+            self._ws.clear()
+            self._ws_len = 0
         return made
 
     def _args_spaced(self, text: str) -> str:
@@ -241,7 +244,7 @@ class KimiLexer(TokenLexer):
         made = ""
         if body:
             made = "".join(self._ws) + body if self._ws else body
-            self._ws = []
+            self._ws.clear()
             self._ws_len = 0
         if len(body) < len(text):
             end = text[len(body) :]

@@ -51,10 +51,11 @@ class TokenLexer(Reporting):
         # small pieces costs linear time; over max_held it is released.
         self._ws: list[str] = []
         self._ws_len = 0
+        self._raw: list[str] = []  # the markup of the current call or message, as written
         self._reset_call()
 
     def _reset_call(self) -> None:
-        self._raw: list[str] = []  # the markup of the current call or message, as written
+        self._raw.clear()
         self._raw_len = 0
         self._body_start = 0  # where its arguments begin in `_raw`
         self._name = ""  # a held call's tool
@@ -110,7 +111,7 @@ class TokenLexer(Reporting):
 
     def _take_ws(self) -> str:
         ws = "".join(self._ws)
-        self._ws = []
+        self._ws.clear()  # (the same list for the lexer's life, as `_raw`: objects a stream holds are counted by the collector)
         self._ws_len = 0
         return ws
 
