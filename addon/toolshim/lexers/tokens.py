@@ -111,7 +111,7 @@ class TokenLexer(Reporting):
 
     def _take_ws(self) -> str:
         ws = "".join(self._ws)
-        self._ws.clear()  # (the same list for the lexer's life, as `_raw`: objects a stream holds are counted by the collector)
+        self._ws.clear()  # (one list for the lexer's life, as `_raw`: the collector counts each a stream holds)
         self._ws_len = 0
         return ws
 
