@@ -47,7 +47,7 @@ from .lexers import ScopeLexers
 from .native import EMPTY_ARGUMENTS, OBJECT_ARGUMENTS, ArgumentTyping
 from .lexers.base import CallArgs, CallBegin, CallEnd, ChainLexer, Lexer, ReasoningEnd, ReasoningText, Segment, Text, TextPieces
 from .sse import encode_event, parse_block, read_event
-from .stream import _CARRIED_FIELD, Contribution, Direct, EchoCheck, SseRewriter, each_string, live_path, markup_may_start, string_spans, unwind
+from .stream import _CARRIED_FIELD, Contribution, Direct, SseRewriter, each_string, live_path, markup_may_start, string_spans, unwind
 from .tools import RequestContext
 
 MESSAGE, REASONING, FUNCTION_CALL = "message", "reasoning", "function_call"
@@ -1052,13 +1052,13 @@ class QuietLane:
 # without them is one valid JSON string body by itself, and no marker starts in it.
 _UNUSUAL = re.compile(rb'[\x00-\x1f"<\[\\\x7f-\xff]')
 _unusual = _UNUSUAL.search
+_loads = orjson.loads  # (the readers' one global lookup, as chat.py's)
 
 
 def _quiet_reader(checks_echo: bool) -> Direct:
     """What `passes_plain_delta` does to an event of the rewriter's `_quiet` lane's frame.
     `checks_echo`: the lane taken straight from `feed`, refused while the echo check holds
     anything. Made twice, when the module loads: `quiet_read` and `quiet_direct`."""
-    loads = orjson.loads
 
     def read(rewriter: ResponsesStreamRewriter, raw: bytes) -> list[bytes] | None:
         if checks_echo and ((echo := rewriter._echo)._unsent or echo._assembly is not None):
@@ -1083,7 +1083,7 @@ def _quiet_reader(checks_echo: bool) -> Direct:
             if 60 in body or 91 in body or 10 in body or (92 in body and body.find(b"\\u003") >= 0):
                 return None
             try:
-                loads(raw[start - 1 : end + 1])
+                _loads(raw[start - 1 : end + 1])
             except orjson.JSONDecodeError:
                 return None
         lane.bodies += body
@@ -1249,9 +1249,6 @@ def held_read(rewriter: ResponsesStreamRewriter, raw: bytes) -> list[bytes] | No
     event, block = read_event(raw)
     rewriter._last_type = event["type"]
     return rewriter._read_in_full(raw, event, block.event, unwind(lane.path, segments))
-
-
-_loads = orjson.loads
 
 
 def _held_run(rewriter: ResponsesStreamRewriter, events: list[bytes], first: int) -> int:
