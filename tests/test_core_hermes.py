@@ -5,10 +5,12 @@ from __future__ import annotations
 from functools import partial
 
 import json
+import os
 import re
 
 import pytest
 
+from toolshim import calls as calls_module
 from toolshim.calls import (
     INVALID_JSON,
     INVALID_SCHEMA,
@@ -298,6 +300,50 @@ def test_minted_ids_are_openai_shaped_and_unique():
     ids = [seg.id for seg in out if isinstance(seg, CallBegin)]
     assert len(ids) == 20 and len(set(ids)) == 20
     assert all(re.fullmatch(r"call_[A-Za-z0-9]{24}", i) for i in ids)
+
+
+def test_id_characters_are_read_in_bulk_and_handed_out_once(monkeypatch: pytest.MonkeyPatch):
+    """Ids come from random bytes read 4 KB at a time (a read of the system's source per id was a
+    system call per call), each character handed out once, across refills too; every
+    alphanumeric turns up, none else."""
+    reads: list[int] = []
+    real = calls_module.secrets.token_bytes
+
+    class CountingSecrets:
+        @staticmethod
+        def token_bytes(count: int) -> bytes:
+            reads.append(count)
+            return real(count)
+
+    monkeypatch.setattr(calls_module, "secrets", CountingSecrets)
+    source = calls_module.IdCharacters()
+    monkeypatch.setattr(calls_module, "_ID_CHARACTERS", source)
+    ids = [calls_module.random_id("call_") for _ in range(1_000)]
+    assert len(set(ids)) == 1_000 and all(re.fullmatch(r"call_[A-Za-z0-9]{24}", i) for i in ids)
+    assert 5 <= len(reads) <= 8 and set(reads) == {4096}  # (24,000 characters, about 3,870 a read)
+    assert set("".join(i[5:] for i in ids)) == set(calls_module._ID_ALPHABET)
+    # Handed out once: the characters of consecutive ids are consecutive stretches of one stream.
+    source.forget()
+    first = source.take(3_000)
+    rest = source.take(3_000)  # past the read's end: its last characters, then a new read's
+    assert len(first) == len(rest) == 3_000 and first != rest
+
+
+def test_a_forked_child_reads_its_own_id_characters():
+    """A worker forked after the addon made ids (mitmproxy's own processes, a test's) hands out
+    none of the characters its parent read ahead."""
+    calls_module.random_id("call_")  # the parent holds characters read ahead
+    reader, writer = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover (the child)
+        os.write(writer, calls_module.random_id("").encode())
+        os._exit(0)
+    os.close(writer)
+    os.waitpid(pid, 0)
+    child = os.read(reader, 64).decode()
+    os.close(reader)
+    ahead = calls_module._ID_CHARACTERS.take(4_000)  # all the parent still holds, and more
+    assert len(child) == 24 and child not in ahead
 
 
 def test_finish_leaves_the_lexer_as_new():

@@ -633,6 +633,7 @@ def test_what_a_lane_noted_is_remembered_as_the_body_read_again(monkeypatch):
         events = by_event(body)
         for reads in [*event_cuts(body, 7), [b"".join(events[at : at + 8]) for at in range(0, len(events), 8)], [body]]:
             monkeypatch.setattr(calls, "secrets", CountingSecrets())  # (the same ids both ways)
+            monkeypatch.setattr(calls, "_ID_CHARACTERS", calls.IdCharacters())
             fed, read_again, noted = remembered_through_the_stream(context, reads, api)
             assert fed == read_again, (name, [len(read) for read in reads][:20])
             if noted:

@@ -7,6 +7,7 @@ One scope spans one choice (Chat Completions) or one response (Responses API).
 
 from __future__ import annotations
 
+import os
 import secrets
 import string
 from collections import Counter
@@ -19,17 +20,42 @@ MAX_NOTES = 20  # notes kept per flow: enough to explain, bounded for a flow of 
 
 
 # Random bytes to id characters: bytes below 248 (4 x 62) map evenly onto the alphabet, the
-# rest are dropped. One read of random bytes per id: a choice per character read them 24 times
-# (a system call each), a tenth of what a call's events cost.
+# rest are dropped.
 _ID_TABLE = bytes(_ID_ALPHABET[byte % len(_ID_ALPHABET)].encode()[0] for byte in range(256))
 _ID_DROPPED = bytes(range(len(_ID_ALPHABET) * (256 // len(_ID_ALPHABET)), 256))
 
 
+class IdCharacters:
+    """Random id characters, read from the system's source 4 KB at a time (about 160 ids): a
+    read per id was a system call per call made, a block's close spent 3 µs on it (bench/
+    HISTORY.md, "Block boundaries"). Each character is handed out once; a forked child forgets
+    what its parent read, so that two processes never hand out the same ones."""
+
+    __slots__ = ("_chars", "_at")
+
+    def __init__(self) -> None:
+        self._chars = ""
+        self._at = 0
+
+    def take(self, length: int) -> str:
+        at, end = self._at, self._at + length
+        while end > len(self._chars):
+            self._chars = self._chars[at:] + secrets.token_bytes(4096).translate(_ID_TABLE, _ID_DROPPED).decode()
+            at, end = 0, length
+        self._at = end
+        return self._chars[at:end]
+
+    def forget(self) -> None:
+        self._chars = ""
+        self._at = 0
+
+
+_ID_CHARACTERS = IdCharacters()
+os.register_at_fork(after_in_child=_ID_CHARACTERS.forget)
+
+
 def random_id(prefix: str, length: int = 24) -> str:
-    picked = b""
-    while len(picked) < length:
-        picked += secrets.token_bytes(length + 8).translate(_ID_TABLE, _ID_DROPPED)
-    return prefix + picked[:length].decode()
+    return prefix + _ID_CHARACTERS.take(length)
 
 
 # Why a piece of markup did not become a call, or was changed on the way (flow annotations,
