@@ -820,6 +820,26 @@ def test_a_held_blocks_events_in_a_read_go_to_the_lexer_at_once(model, block, le
         assert last - first <= 1 + 1 + -(-held_events // 8) + 1, (shift, held_events, fed[first:last])
 
 
+@pytest.mark.parametrize(("model", "block"), [(HERMES_MODEL, HERMES_BLOCK), (CODER_MODEL, CODER_BLOCK)], ids=["hermes", "qwen3-coder xml"])
+def test_the_quiet_lane_reads_a_markup_event_itself(model, block, monkeypatch):
+    """An event of the quiet frame in which a marker may begin (the second block's `<`) is read
+    by the quiet lane as the framed path reads it, without the framer's cut (`quiet_lane`'s
+    hand-off, `SseRewriter._one_event_framed`): the same bytes as the full path, event by event
+    and in reads of eight; in reads of eight the rest of the read goes on to the block's runs."""
+    from toolshim import sse
+
+    context, events = two_blocks(model, block)
+    check(CHAT, context, b"".join(events), [events], monkeypatch)
+    opener = 1 + len(pieces_of("Looking first. ", 1)) + len(pieces_of(block, 2)) + len(pieces_of("Then again. ", 3))
+    assert b'"content":"<' in events[opener].replace(b'": "', b'":"')  # (the second block's first event)
+    cut: list[bytes] = []
+    framer_feed = sse.SseFramer.feed
+    monkeypatch.setattr(sse.SseFramer, "feed", lambda framer, data: cut.append(data) or framer_feed(framer, data))
+    _, rewriter = rewrite(CHAT, context, events, True, monkeypatch)
+    assert rewriter.stats.calls == 2
+    assert events[opener] not in cut  # the second block's opener: read by the quiet lane
+
+
 @pytest.mark.parametrize("model", [HERMES_MODEL, CODER_MODEL])
 def test_events_in_a_held_block_that_a_run_must_leave_to_the_lane(model, monkeypatch):
     """In the second block, in reads of eight and in one read: strings that are no JSON string

@@ -193,6 +193,11 @@ def quiet_lane(frame: Frame, echo: EchoCheck, refuse: bytes | None = None) -> Di
         # `plain_body`, inline (this is the commonest read); a read of several events holds a
         # line end in its body: `10 in body`.
         if not body or 60 in body or 91 in body or 10 in body or 13 in body or (92 in body and body.find(b"\\u003") >= 0):
+            if 60 in body and 10 not in body and 13 not in body:
+                # One event of the frame in which a marker may begin (a block's opener): read
+                # now, as the framed path would read it (`one_event_framed`), not refused to
+                # go there through `feed`'s tests of a read and the framer.
+                return _rewriter._one_event_framed(data)
             return None
         if 34 in body and not quoted_body(body, refuse):  # (about one token in thirty of prose)
             return None
@@ -402,7 +407,9 @@ def noting_lane(lane: Direct, frame: Frame, call: tuple[Any, ...] | None) -> Dir
 
     def noting(rewriter: SseRewriter, data: bytes) -> list[bytes] | None:
         out = lane(rewriter, data)
-        if out is not None:
+        if out is not None and len(out) == 1 and out[0] is data and rewriter._direct_lane is noting:
+            # (An event passed as it came, the lane still taken: not one the lane handed on to
+            # be read, `_one_event_framed`, whose reading armed another lane, or rendered it.)
             rewriter.laned.append(data)
         return out
 
@@ -571,15 +578,17 @@ class SseRewriter:
                     if sent is None:
                         sent = self._framed(event)
                         self._open_gate()
-                        if getattr(self._gate, "run", None) is not None:  # (a block began: its lane takes the rest)
-                            out += sent
-                            at += len(event)
-                            rest = data[at:].split(b"\n\n")
-                            rest.pop()
-                            more, taken = self._lane_runs(rest)
-                            out += more
-                            at += taken
-                            break
+                    if self._gate is not lane and getattr(self._gate, "run", None) is not None:
+                        # A block began (read framed, or by a lane's hand-off: `quiet_lane`): its
+                        # lane takes the rest.
+                        out += sent
+                        at += len(event)
+                        rest = data[at:].split(b"\n\n")
+                        rest.pop()
+                        more, taken = self._lane_runs(rest)
+                        out += more
+                        at += taken
+                        break
                     out += sent
                     at += len(event)
             if at:
@@ -667,6 +676,17 @@ class SseRewriter:
 
             checked.run = checked_run  # type: ignore[attr-defined]
         return checked
+
+    def _one_event_framed(self, event: bytes) -> list[bytes]:
+        """`_framed` of a read that is one whole event without fields (one data line, a lane's
+        frame), the framer empty: the event is read as the framer would give it, without its
+        cut (a lane's hand-off: `quiet_lane`)."""
+        echo = self._echo
+        echo.took(event)
+        out = self._on_block_failing_open(event)
+        echo.gave(out)
+        self._open_gate()
+        return out
 
     def _framed(self, data: bytes, whole_tried: bool = False) -> list[bytes]:
         if not whole_tried and self._whole_reads_pass():
