@@ -220,17 +220,18 @@ def _call_start(part: Part) -> dict[str, Any]:
 class Rendered:
     """What the full path makes of the events of a frame (`ChatStreamRewriter._render_frame`):
     the output frame around a piece of the open call's arguments (`head`, `tail`, whole events
-    `before` and `after` it), the events of a text held (`held`), and what renders any other
-    parts of such an event (`render`: the chunk's metadata, its usage, its choice; the text
-    itself plays no part in the rendering)."""
+    `before` and `after` it), the events of a text held (`held`), the one event around a text
+    of the frame's channel (`text`: its head and tail; None when a text renders otherwise, as a
+    mirrored one does), and what renders any other parts of such an event (`render`: the chunk's
+    metadata, its usage, its choice; the text itself plays no part in the rendering)."""
 
-    __slots__ = ("head", "tail", "before", "after", "held", "template", "usage", "choice")
+    __slots__ = ("head", "tail", "before", "after", "held", "text", "template", "usage", "choice")
 
     def __init__(
-        self, head: bytes, tail: bytes, before: list[bytes], after: list[bytes], held: list[bytes], template: dict[str, Any],
-        usage: dict[str, Any], choice: dict[str, Any],
+        self, head: bytes, tail: bytes, before: list[bytes], after: list[bytes], held: list[bytes], text: tuple[bytes, bytes] | None,
+        template: dict[str, Any], usage: dict[str, Any], choice: dict[str, Any],
     ) -> None:  # fmt: skip
-        self.head, self.tail, self.before, self.after, self.held = head, tail, before, after, held
+        self.head, self.tail, self.before, self.after, self.held, self.text = head, tail, before, after, held, text
         self.template, self.usage, self.choice = template, usage, choice
 
 
@@ -679,6 +680,9 @@ class ChatStreamRewriter(SseRewriter):
             out = [raw]
         elif not parts:
             out = [*rendered.held]  # (what the frame's event of no parts renders to: rendered once)
+        elif len(parts) == 1 and rendered.text is not None and parts[0][0] == "text" and parts[0][1] == channel:
+            text_head, text_tail = rendered.text  # (rendered once, as the full path renders a text)
+            out = [text_head + orjson.dumps(parts[0][2])[1:-1] + text_tail]
         else:
             choice = rendered.choice
             chunks = self._with_usage(rendered.usage, self._render(choice.get("index", 0), choice, choice["delta"], parts, [], [], None, None))
@@ -769,7 +773,15 @@ class ChatStreamRewriter(SseRewriter):
         if open_index == _INDEX_PROBE and (head.count(_INDEX_PROBE_BYTES) != 1 or any(_INDEX_PROBE_BYTES in piece for piece in (tail, *encoded[:at], *encoded[at + 1 :]))):
             return None  # the stand-in index is not alone where the call's index goes
         usage = {"usage": chunk["usage"]} if "usage" in chunk else {}
-        return Rendered(head, tail, encoded[:at], encoded[at + 1 :], [encode_event(orjson.dumps(c)) for c in held], self._template, usage, choice)
+        # Around a text of the channel (what the lexers give back changed: a `<` held and sent
+        # with the next piece, the whitespace after a block before the text after it).
+        texted = self._with_usage(chunk, self._render(index, choice, delta, [("text", channel, "\x00")], [], [], None, None))
+        text = None
+        if len(texted) == 1 and (piece := encode_event(orjson.dumps(texted[0]))).count(b"\\u0000") == 1:
+            text_head, _, text_tail = piece.partition(b"\\u0000")
+            text = (text_head, text_tail)
+        held_events = [encode_event(orjson.dumps(c)) for c in held]
+        return Rendered(head, tail, encoded[:at], encoded[at + 1 :], held_events, text, self._template, usage, choice)
 
     def _args_read(self, raw: bytes) -> list[bytes] | None:
         """An event through the lane, or None (before anything was fed: the full path reads
