@@ -221,14 +221,14 @@ class Rendered:
     """What the full path makes of the events of a frame (`ChatStreamRewriter._render_frame`):
     the output frame around a piece of the open call's arguments (`head`, `tail`, whole events
     `before` and `after` it), the events of a text held (`held`), the one event around a text
-    of the frame's channel (`text`: its head and tail; None when a text renders otherwise, as a
-    mirrored one does), and what renders any other parts of such an event (`render`: the chunk's
+    of the frame's channel (`text`: its head and tail, () when a text renders otherwise, as a
+    mirrored one does; None until wanted: `_text_frame`), and what renders any other parts of such an event (`render`: the chunk's
     metadata, its usage, its choice; the text itself plays no part in the rendering)."""
 
     __slots__ = ("head", "tail", "before", "after", "held", "text", "template", "usage", "choice")
 
     def __init__(
-        self, head: bytes, tail: bytes, before: list[bytes], after: list[bytes], held: list[bytes], text: tuple[bytes, bytes] | None,
+        self, head: bytes, tail: bytes, before: list[bytes], after: list[bytes], held: list[bytes], text: tuple[bytes, bytes] | tuple[()] | None,
         template: dict[str, Any], usage: dict[str, Any], choice: dict[str, Any],
     ) -> None:  # fmt: skip
         self.head, self.tail, self.before, self.after, self.held, self.text = head, tail, before, after, held, text
@@ -680,9 +680,11 @@ class ChatStreamRewriter(SseRewriter):
             out = [raw]
         elif not parts:
             out = [*rendered.held]  # (what the frame's event of no parts renders to: rendered once)
-        elif len(parts) == 1 and rendered.text is not None and parts[0][0] == "text" and parts[0][1] == channel:
-            text_head, text_tail = rendered.text  # (rendered once, as the full path renders a text)
-            out = [text_head + orjson.dumps(parts[0][2])[1:-1] + text_tail]
+        elif (
+            len(parts) == 1 and parts[0][0] == "text" and parts[0][1] == channel
+            and (around := rendered.text if rendered.text is not None else self._text_frame(rendered, channel))
+        ):  # fmt: skip
+            out = [around[0] + orjson.dumps(parts[0][2])[1:-1] + around[1]]  # (rendered once, as the full path renders a text)
         else:
             choice = rendered.choice
             chunks = self._with_usage(rendered.usage, self._render(choice.get("index", 0), choice, choice["delta"], parts, [], [], None, None))
@@ -773,15 +775,23 @@ class ChatStreamRewriter(SseRewriter):
         if open_index == _INDEX_PROBE and (head.count(_INDEX_PROBE_BYTES) != 1 or any(_INDEX_PROBE_BYTES in piece for piece in (tail, *encoded[:at], *encoded[at + 1 :]))):
             return None  # the stand-in index is not alone where the call's index goes
         usage = {"usage": chunk["usage"]} if "usage" in chunk else {}
-        # Around a text of the channel (what the lexers give back changed: a `<` held and sent
-        # with the next piece, the whitespace after a block before the text after it).
-        texted = self._with_usage(chunk, self._render(index, choice, delta, [("text", channel, "\x00")], [], [], None, None))
-        text = None
-        if len(texted) == 1 and (piece := encode_event(orjson.dumps(texted[0]))).count(b"\\u0000") == 1:
-            text_head, _, text_tail = piece.partition(b"\\u0000")
-            text = (text_head, text_tail)
         held_events = [encode_event(orjson.dumps(c)) for c in held]
-        return Rendered(head, tail, encoded[:at], encoded[at + 1 :], held_events, text, self._template, usage, choice)
+        return Rendered(head, tail, encoded[:at], encoded[at + 1 :], held_events, None, self._template, usage, choice)
+
+    def _text_frame(self, rendered: Rendered, channel: tuple[str, ...]) -> tuple[bytes, bytes] | tuple[()]:
+        """The event of `rendered`'s frame around a text of `channel`, as the full path renders
+        one (what the lexers give back changed: a `<` held and sent with the next piece, the
+        whitespace after a block sent before the text after it): its head and tail, or () when
+        a text renders otherwise (a mirrored one, twice). Rendered the first time it is wanted
+        (`rendered.text`), with the frame's template in place (`_read_lexed`)."""
+        choice = rendered.choice
+        chunks = self._with_usage(rendered.usage, self._render(choice.get("index", 0), choice, choice["delta"], [("text", channel, "\x00")], [], [], None, None))
+        around: tuple[bytes, bytes] | tuple[()] = ()
+        if len(chunks) == 1 and (event := encode_event(orjson.dumps(chunks[0]))).count(b"\\u0000") == 1:
+            head, _, tail = event.partition(b"\\u0000")
+            around = (head, tail)
+        rendered.text = around
+        return around
 
     def _args_read(self, raw: bytes) -> list[bytes] | None:
         """An event through the lane, or None (before anything was fed: the full path reads
