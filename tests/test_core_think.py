@@ -245,3 +245,23 @@ def test_only_the_watching_families_drop_it():
     assert stream_content("meta-llama/Llama-3.3-70B", {}, pieces)["content"] == "".join(pieces)
     off = {"chat_template_kwargs": {"enable_thinking": False}}
     assert stream_content("Qwen/Qwen3-32B", off, pieces)["content"] == "".join(pieces)
+
+
+def test_the_reasoning_side_s_lexers_are_made_when_reasoning_comes():
+    """A content channel's `<think>` side has its own chain of tag dialects, made the first time
+    reasoning comes: a stream without `<think>` makes none (a stream's first read made them for
+    nothing), and one with it reads a call inside it as ever."""
+    from toolshim.calls import CallScope, RewriteStats
+    from toolshim.lexers import ScopeLexers
+    from toolshim.lexers.think import ReasoningSplit
+
+    context = RequestContext.from_body(json.dumps({"model": "Qwen/Qwen3-32B", "tools": TOOLS, "stream": True}).encode())
+    block = '<tool_call>{"name": "get_time", "arguments": {}}</tool_call>'
+    for texts, thinks in (([f"Plain, then {block}", " and done."], False), ([f"<think>first {block}", "</think>then."], True)):
+        lexer = ScopeLexers(CallScope(context, RewriteStats()), max_held=1 << 20).new_lexer(reasoning=False)
+        assert type(lexer) is ReasoningSplit and lexer._reasoning is None
+        out = [seg for text in texts for seg in lexer.feed(text)] + lexer.finish()
+        assert (lexer._reasoning is not None) is thinks
+        assert [seg.name for seg in out if type(seg).__name__ == "CallBegin"] == ["get_time"]
+        assert "".join(seg.text for seg in out if type(seg) is Text) == ("Plain, then and done." if not thinks else "then.")
+        assert "".join(seg.text for seg in out if type(seg) is ReasoningText) == ("" if not thinks else "first")

@@ -325,7 +325,7 @@ def _live_path(lexer: Lexer, past_idle_first: bool) -> tuple[Lexer, list[Any]]:
         kind = type(lexer)
         if kind is ReasoningSplit:
             think, reasoning, content = lexer._think, lexer._reasoning, lexer._content
-            if not (think.reads_nothing and reasoning.idle and lexer._side is content):
+            if not (think.reads_nothing and (reasoning is None or reasoning.idle) and lexer._side is content):
                 return lexer, path
             path.append(lexer)
             lexer = content

@@ -177,7 +177,11 @@ class ScopeLexers:
         bare_close = (self._call_starts if self.scope.tools else ()) if self.may_be_preopened and preopened else None
         think = ThinkLexer(preopened=self.preopened and preopened and not started, tool_starts=tool_starts, started=started, pairs=pairs, keeps=keeps, bare_close=bare_close)
         self._watched(think)
-        return ReasoningSplit(think, self._calls(reasoning=True, tags_only=True), self._calls(reasoning=False))
+        return ReasoningSplit(think, self._tag_calls_in_reasoning, self._calls(reasoning=False))
+
+    def _tag_calls_in_reasoning(self) -> Lexer:
+        """The chain of a `<think>` block's text: tag dialects only (`ReasoningSplit`)."""
+        return self._calls(reasoning=True, tags_only=True)
 
     def _calls(self, *, reasoning: bool, tags_only: bool = False, field: bool = False) -> Lexer:
         """The chain of call dialects (`field`: of a reasoning field); none at all when no call may

@@ -31,6 +31,7 @@ content, and the closer itself never does (issue 20: a bare `</think>` never rea
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import lru_cache
 
 from .base import Lexer, Marker, ReasoningText, Reporting, Segment, Text, find_marker
@@ -188,29 +189,40 @@ class ReasoningSplit:
     DeepSeek sections end the reasoning in `ThinkLexer` itself and are calls.)
     """
 
-    def __init__(self, think: ThinkLexer, reasoning: Lexer, content: Lexer) -> None:
+    def __init__(self, think: ThinkLexer, make_reasoning: Callable[[], Lexer], content: Lexer) -> None:
         self._think = think
-        self._reasoning = reasoning
+        # The reasoning side's chain, made when reasoning first comes (most streams hold no
+        # `<think>`: a stream's first read made its lexers for nothing, a tenth of that read).
+        self._make_reasoning: Callable[[], Lexer] | None = make_reasoning
+        self._reasoning: Lexer | None = None
         self._content = content
         self._side: Lexer | None = None  # the chain the last piece of text went to
 
     @property
     def idle(self) -> bool:
-        return self._think.idle and self._reasoning.idle and self._content.idle
+        return self._think.idle and (self._reasoning is None or self._reasoning.idle) and self._content.idle
 
     def feed(self, text: str) -> list[Segment]:
         return self._route(self._think.feed(text))
 
     def finish(self) -> list[Segment]:
         out = self._route(self._think.finish())
-        out += self._as_side(self._reasoning, self._reasoning.finish()) + self._content.finish()
+        if self._reasoning is not None:
+            out += self._as_side(self._reasoning, self._reasoning.finish())
+        out += self._content.finish()
         self._side = None
         return out
+
+    def _reasoning_side(self) -> Lexer:
+        if self._reasoning is None:
+            self._reasoning = self._make_reasoning()
+            self._make_reasoning = None
+        return self._reasoning
 
     def _route(self, segments: list[Segment]) -> list[Segment]:
         out: list[Segment] = []
         for seg in segments:
-            side = self._reasoning if type(seg) is ReasoningText else self._content
+            side = self._reasoning_side() if type(seg) is ReasoningText else self._content
             if self._side is not None and self._side is not side:
                 out += self._as_side(self._side, self._side.finish())  # what one side held ends where the other begins
             self._side = side
