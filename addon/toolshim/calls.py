@@ -27,9 +27,10 @@ _ID_DROPPED = bytes(range(len(_ID_ALPHABET) * (256 // len(_ID_ALPHABET)), 256))
 
 class IdCharacters:
     """Random id characters, read from the system's source 4 KB at a time (about 160 ids): a
-    read per id was a system call per call made, a block's close spent 3 µs on it (bench/
-    HISTORY.md, "Block boundaries"). Each character is handed out once; a forked child forgets
-    what its parent read, so that two processes never hand out the same ones."""
+    read per id was a system call per call made, 3 µs of a `<tool_call>` block's close (bench/
+    HISTORY.md, the round "Block boundaries"). Each character is handed out once; a forked
+    child forgets what its parent read ahead, so that two processes never hand out the same
+    ones. (One thread takes ids: mitmproxy runs the addon in its event loop.)"""
 
     __slots__ = ("_chars", "_at")
 

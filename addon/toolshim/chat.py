@@ -222,8 +222,9 @@ class Rendered:
     the output frame around a piece of the open call's arguments (`head`, `tail`, whole events
     `before` and `after` it), the events of a text held (`held`), the one event around a text
     of the frame's channel (`text`: its head and tail, () when a text renders otherwise, as a
-    mirrored one does; None until wanted: `_text_frame`), and what renders any other parts of such an event (`render`: the chunk's
-    metadata, its usage, its choice; the text itself plays no part in the rendering)."""
+    mirrored one does; None until wanted: `_text_frame`), and what renders any other parts of
+    such an event (`render`: the chunk's metadata, its usage, its choice; the text itself plays
+    no part in the rendering)."""
 
     __slots__ = ("head", "tail", "before", "after", "held", "text", "template", "usage", "choice")
 

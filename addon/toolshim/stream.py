@@ -180,13 +180,15 @@ def quoted_body(body: bytes, refuse: bytes | None) -> bool:
 def quiet_lane(frame: Frame, echo: EchoCheck, refuse: bytes | None = None) -> Direct:
     """A read of one plain text event of `frame`, taken straight from `feed` while the echo check
     holds nothing (`feed` asks `echo` before it takes the lane: `direct.waits_for`): the read as
-    it came, or None (the framed path reads it). `refuse`: a body beginning with it is read in
-    full too. A closure, with the fewest lookups on the commonest path."""
+    it came, or None (the framed path reads it). One event of the frame whose text may begin a
+    marker (a `<`) is handed on to be read as the framed path reads it, at once
+    (`SseRewriter._one_event_framed`). `refuse`: a body beginning with it is read in full too.
+    A closure, with the fewest lookups on the commonest path."""
     head, tail = frame.head, frame.tail
     start, end = len(head), len(tail)  # (a tail holds at least the string's closing quote)
     first = refuse[0] if refuse else -1  # (no byte is -1)
 
-    def direct(_rewriter: SseRewriter, data: bytes) -> list[bytes] | None:
+    def direct(rewriter: SseRewriter, data: bytes) -> list[bytes] | None:
         if data[:start] != head or data[-end:] != tail:
             return None
         body = data[start:-end]  # empty: the event is no longer than the frame (or overlaps it)
@@ -195,9 +197,9 @@ def quiet_lane(frame: Frame, echo: EchoCheck, refuse: bytes | None = None) -> Di
         if not body or 60 in body or 91 in body or 10 in body or 13 in body or (92 in body and body.find(b"\\u003") >= 0):
             if 60 in body and 10 not in body and 13 not in body:
                 # One event of the frame in which a marker may begin (a block's opener): read
-                # now, as the framed path would read it (`one_event_framed`), not refused to
-                # go there through `feed`'s tests of a read and the framer.
-                return _rewriter._one_event_framed(data)
+                # now, as the framed path would read it, not refused to go there through
+                # `feed`'s tests of a read and the framer (a tenth of such an event's cost).
+                return rewriter._one_event_framed(data)
             return None
         if 34 in body and not quoted_body(body, refuse):  # (about one token in thirty of prose)
             return None
