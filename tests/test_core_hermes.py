@@ -6,6 +6,7 @@ from functools import partial
 
 import json
 import os
+import random
 import re
 
 import pytest
@@ -306,27 +307,26 @@ def test_id_characters_are_read_in_bulk_and_handed_out_once(monkeypatch: pytest.
     """Ids come from random bytes read 4 KB at a time (a read of the system's source per id was a
     system call per call), each character handed out once, across refills too; every
     alphanumeric turns up, none else."""
-    reads: list[int] = []
-    real = calls_module.secrets.token_bytes
+    reads: list[bytes] = []
+    rng = random.Random(7)
 
     class CountingSecrets:
         @staticmethod
         def token_bytes(count: int) -> bytes:
-            reads.append(count)
-            return real(count)
+            reads.append(rng.randbytes(count))
+            return reads[-1]
 
     monkeypatch.setattr(calls_module, "secrets", CountingSecrets)
-    source = calls_module.IdCharacters()
-    monkeypatch.setattr(calls_module, "_ID_CHARACTERS", source)
+    monkeypatch.setattr(calls_module, "_ID_CHARACTERS", calls_module.IdCharacters())
     ids = [calls_module.random_id("call_") for _ in range(1_000)]
     assert len(set(ids)) == 1_000 and all(re.fullmatch(r"call_[A-Za-z0-9]{24}", i) for i in ids)
-    assert 5 <= len(reads) <= 8 and set(reads) == {4096}  # (24,000 characters, about 3,870 a read)
-    assert set("".join(i[5:] for i in ids)) == set(calls_module._ID_ALPHABET)
-    # Handed out once: the characters of consecutive ids are consecutive stretches of one stream.
-    source.forget()
-    first = source.take(3_000)
-    rest = source.take(3_000)  # past the read's end: its last characters, then a new read's
-    assert len(first) == len(rest) == 3_000 and first != rest
+    assert 5 <= len(reads) <= 8 and {len(read) for read in reads} == {4096}  # (24,000 characters, about 3,870 a read)
+    # Handed out once, in order: the ids are the reads' bytes mapped onto the alphabet (the bytes
+    # past its last multiple dropped), one after the other, across the reads' ends.
+    alphabet = calls_module._ID_ALPHABET
+    stream = "".join(alphabet[byte % len(alphabet)] for read in reads for byte in read if byte < len(alphabet) * (256 // len(alphabet)))
+    assert "".join(i[5:] for i in ids) == stream[: 24 * 1_000]
+    assert set(stream) == set(alphabet)
 
 
 def test_a_forked_child_reads_its_own_id_characters():
