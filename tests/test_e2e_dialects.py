@@ -134,3 +134,30 @@ def test_deepseek_v4_call_inside_thinking_then_its_late_closer(upstream, openai_
     assert (call.function.name, json.loads(call.function.arguments)) == ("get_weather", {"city": "Paris", "days": 3})
     assert not (choice.message.content or "").strip()
     assert choice.finish_reason == "tool_calls"
+
+
+def test_blocks_between_prose_one_event_a_read(upstream: ScriptedUpstream, openai_client, unique_model):
+    """Prose, a `<tool_call>` block, prose, a second block, prose, in 1-3 character tokens, each
+    event its own network read: once the first call is made the prose between passes by its frame,
+    the second block's first event is read by that lane's hand-off (`SseRewriter._one_event_framed`)
+    and the text after each block goes out in its frame's event rendered around a text; the SDK gets
+    both calls and the prose exactly, the whitespace held after a block sent with the text after it."""
+    model = "Qwen/Qwen2.5-72B-" + unique_model
+    block = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "%s", "days": %d}}\n</tool_call>\n'
+    text = "Looking first. " + block % ("Paris", 3) + "Then again, " + block % ("Oslo", 2) + "Done."
+    pieces, at = [], 0
+    while at < len(text):
+        pieces.append(text[at : at + 1 + at % 3])
+        at += 1 + at % 3
+    events = [sse_body([chunk(model, {"role": "assistant", "content": ""})], done=False)]
+    events += [sse_body([chunk(model, {"content": p})], done=False) for p in pieces]
+    events += [sse_body([chunk(model, {}, "stop")])]
+    upstream.add(model, chunks=events, delay=0.001)
+    choice = final(openai_client, model)
+    assert [(c.function.name, json.loads(c.function.arguments)) for c in choice.message.tool_calls] == [
+        ("get_weather", {"city": "Paris", "days": 3}), ("get_weather", {"city": "Oslo", "days": 2})]
+    # (The space before the first block went out before its `<` came; after a call, whitespace
+    # is held: before the second block it is dropped, after it sent with the text that follows.
+    # The same with the lanes off, in process.)
+    assert choice.message.content == "Looking first. \nThen again,\nDone."
+    assert choice.finish_reason == "tool_calls"
