@@ -666,3 +666,62 @@ def test_a_first_read_passes_its_rest_whole_only_once_no_fields_wait(monkeypatch
     body = check(CHAT, context, b"".join(events), [events, [b"".join(events[:8]), *events[8:]]], monkeypatch)
     ids = [int(line[4:]) for line in body.split(b"\n") if line.startswith(b"id: ")]
     assert ids == sorted(ids) and ids[-1] == len(events) - 1 and b"</think>" not in body
+
+
+# -- a block held whole ---------------------------------------------------------------------------
+
+HERMES, CODER = "Qwen/Qwen2.5-72B-Instruct", "Qwen/Qwen3-Coder-480B-A35B-Instruct"
+# Long values of plain bodies (escapes among them), and pieces no burst takes: a `<` escaped,
+# non-ASCII, a `<` raw (which a run ends at too).
+HELD_VALUE = 'ls -la /usr/lib && echo \\"done\\" \\\\ tab\\there \\n next  ' * 6 + "a \\u003c b é c<d " + "more plain words, spaced   out,  " * 4
+HELD_COMMAND = json.loads(f'"{HELD_VALUE}"')  # (the value as text: XML carries it raw)
+HELD_STREAMS = {
+    "hermes": (HERMES, '{"name": "bash", "arguments": {"command": "%s"}}' % HELD_VALUE),
+    "qwen3-coder xml": (CODER, "<function=bash>\n<parameter=command>\n%s\n</parameter>\n</function>" % HELD_COMMAND),
+}
+
+
+def held_stream(name: str) -> tuple[RequestContext, bytes]:
+    """Two blocks of one long call each, between prose, in 1-4 character pieces, tags too."""
+    model, inner = HELD_STREAMS[name]
+    block = "<tool_call>\n" + inner + "\n</tool_call>"
+    text = f"Let me look.\n{block}\nAnd again.\n{block}\nDone."
+    context = RequestContext.from_body(json.dumps({"model": model, "tools": [BASH_CHAT], "stream": True}).encode())
+    events = [chat_chunk(model, {"role": "assistant", "content": ""})]
+    events += [chat_chunk(model, {"content": piece}) for piece in pieces_of(text, 7)]
+    events += [chat_chunk(model, {}, "stop"), b"data: [DONE]\n\n"]
+    return context, b"".join(events)
+
+
+@pytest.mark.parametrize("name", sorted(HELD_STREAMS))
+def test_a_block_held_whole_in_bursts_is_the_full_path_s(name, monkeypatch):
+    """A block the lexer holds until it closes (`<tool_call>` JSON, Qwen3-Coder's XML), in reads
+    of 2 to 9 events, lanes on and off and the full path whole: the same bytes (`check`). Its
+    reads are taken at once (`ChatStreamRewriter._held_burst`, counted), sending nothing: in the
+    first block, while the echo check has not decided (each read given to it, `checked_burst`),
+    and in the second, once it has (the call made). Both calls reach the client whole."""
+    context, body = held_stream(name)
+    burst, taken = ChatStreamRewriter._held_read.burst, []
+
+    def counting(rewriter, data):
+        decided = rewriter._echo.changed
+        out = burst(rewriter, data)
+        taken.append((decided, out))
+        return out
+
+    monkeypatch.setattr(ChatStreamRewriter._held_read, "burst", counting)
+    events = by_event(body)
+    sent = check(CHAT, context, body, [[b"".join(events[at : at + size]) for at in range(0, len(events), size)] for size in (2, 5, 9)], monkeypatch)
+    made = [out for _, out in taken if out is not None]
+    assert made and all(out == [] for out in made)
+    # (Qwen3-Coder's first block here meets its lane while the `<think>` lexer still watches for
+    # a bare closer: the lane's leaf is the whole channel, which takes no runs nor bursts.)
+    expected_states = {False, True} if name == "hermes" else {True}
+    assert {decided for decided, out in taken if out is not None} == expected_states, "bursts in both blocks"
+    assert len(made) >= 20 and len(made) < len(taken), (len(made), len(taken))  # (some refused: the escape, é)
+    calls = [
+        call for event in by_event(sent) if event.startswith(b"data: {")
+        for choice in orjson.loads(event[6:])["choices"] for call in choice["delta"].get("tool_calls", [])
+    ]  # fmt: skip
+    arguments = [orjson.loads(call["function"]["arguments"]) for call in calls]
+    assert [args["command"].strip() for args in arguments] == [HELD_COMMAND.strip()] * 2

@@ -15,6 +15,8 @@ from itertools import repeat
 from operator import getitem
 from typing import Any
 
+import orjson
+
 # The bytes a plain body may hold outside its escapes: printable ASCII but the quote, the
 # backslash and `<`; and the escapes it may hold.
 _PLAIN_BYTES = bytes(sorted(set(range(0x20, 0x7F)) - set(b'"\\<')))
@@ -60,6 +62,13 @@ def plain_bodies(data: bytes, frame: Any) -> list[bytes] | None:
     if head + (tail + head).join(strings) + tail != data:
         return None
     return bodies
+
+
+def plain_text(bodies: list[bytes]) -> str:
+    """The text of plain bodies (`plain_bodies`'), one after the other: decoded at once (no
+    escape of one is cut short at its end)."""
+    joined = b"".join(bodies)
+    return joined.decode("ascii") if 92 not in joined else orjson.loads(b'"' + joined + b'"')
 
 
 def burst_events(

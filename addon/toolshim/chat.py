@@ -15,7 +15,7 @@ from typing import Any
 
 import orjson
 
-from .bodies import burst_events
+from .bodies import burst_events, plain_bodies, plain_text
 from .calls import INVALID_JSON, STRICT_FAILURE, CallScope, RewriteStats
 from .lexers import ScopeLexers, reads_the_start
 from .lexers.base import CallArgs, CallBegin, CallEnd, ChainLexer, Lexer, ReasoningEnd, ReasoningText, Segment, Text
@@ -908,11 +908,31 @@ class ChatStreamRewriter(SseRewriter):
             return -len(bodies)  # (`_args_read` reads them: the field named, a marker that may begin, a `<` escaped, the cap)
         return len(bodies)
 
-    # `_args_read` under a second name, with a `run`: the lane of a block held whole (`_arm`).
-    # `_feed_read` picks its loop by the lane's `run`, so a lane that takes no runs (arguments
-    # streamed live, mirrored fields, events sent for held text) is not offered them at all.
+    def _held_burst(self, data: bytes) -> list[bytes] | None:
+        """`_args_run` for a read of several events (`SseRewriter._feed_read`'s) at once, when
+        each is an event of the lane's frame with a plain body (`plain_bodies`: cut and checked
+        in C, no Python work an event) and the leaf holds a block: their texts fed as one, none
+        sent. None: nothing taken (the read goes through `_args_run` and `_args_read`)."""
+        lane = self._args
+        holder = lane.leaf.first if lane.chained else lane.leaf
+        holding = getattr(holder, "holds_block", None)
+        if holding is None or not holding():
+            return None
+        bodies = plain_bodies(data, lane.frame)
+        if bodies is None:
+            return None
+        text = plain_text(bodies)
+        if (not self._reasoning_field_known and "reasoning" in text) or (lane.guarded and text_may_start_markup(text)) or not holder.held_bulk(text):
+            return None  # (as `_args_run` refuses them: each event is read by `_args_read`)
+        return []
+
+    # `_args_read` under a second name, with a `run` and a `burst`: the lane of a block held
+    # whole (`_arm`). `_feed_read` picks its loop by the lane's `run`, so a lane that takes no
+    # runs (arguments streamed live, mirrored fields, events sent for held text) is not offered
+    # them at all.
     _held_read = FunctionType(_args_read.__code__, _args_read.__globals__, "_held_read", _args_read.__defaults__, _args_read.__closure__)
     _held_read.run = _args_run  # type: ignore[attr-defined]
+    _held_read.burst = _held_burst  # type: ignore[attr-defined]
 
     def _parse_error(self) -> dict[str, Any] | None:
         """Seed 002's error chunk: the first note of markup that did not parse as a call."""

@@ -677,6 +677,24 @@ class SseRewriter:
                 return ran
 
             checked.run = checked_run  # type: ignore[attr-defined]
+            burst = getattr(read, "burst", None)
+            if burst is not None:
+
+                def checked_burst(rewriter: SseRewriter, data: bytes) -> list[bytes] | None:
+                    # A held block's burst (a lane with a run: `ChatStreamRewriter._held_burst`)
+                    # sends nothing: the check gets the read as `checked_run` gets a run's events.
+                    # (A burst that sends events, a live call's arguments, is not offered here:
+                    # until the check has decided, it gets each event and what went out for it.)
+                    out = burst(rewriter, data)
+                    if out is not None:
+                        echo = rewriter._echo
+                        echo.took(data)
+                        echo.gave(out)
+                        if echo.changed and getattr(rewriter._direct_lane, "lane", None) is read:
+                            rewriter._direct = read
+                    return out
+
+                checked.burst = checked_burst  # type: ignore[attr-defined]
         return checked
 
     def _one_event_framed(self, event: bytes) -> list[bytes]:
