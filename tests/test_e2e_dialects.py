@@ -161,3 +161,28 @@ def test_blocks_between_prose_one_event_a_read(upstream: ScriptedUpstream, opena
     # The same with the lanes off, in process.)
     assert choice.message.content == "Looking first. \nThen again,\nDone."
     assert choice.finish_reason == "tool_calls"
+
+
+def test_blocks_held_whole_in_reads_of_eight_events(upstream: ScriptedUpstream, openai_client, unique_model):
+    """Two `<tool_call>` blocks with long arguments, in 1-3 character tokens, written eight events
+    to a network read (a fast model, a busy proxy): the reads inside each block are taken at once
+    by the held block's lane (`ChatStreamRewriter._held_burst`), the first block's while the
+    echo check is still undecided; the SDK gets both calls with their arguments exactly."""
+    model = "Qwen/Qwen2.5-72B-" + unique_model
+    cities = ["Paris, " + "the city of light and of long plain words, " * 4 + "France", "Oslo " + "by the fjord, quoted \"here\" and there, " * 3]
+    block = '<tool_call>\n{"name": "get_weather", "arguments": {"city": %s, "days": %d}}\n</tool_call>\n'
+    text = "Looking first. " + block % (json.dumps(cities[0]), 3) + "Then again, " + block % (json.dumps(cities[1]), 2) + "Done."
+    pieces, at = [], 0
+    while at < len(text):
+        pieces.append(text[at : at + 1 + at % 3])
+        at += 1 + at % 3
+    events = [sse_body([chunk(model, {"role": "assistant", "content": ""})], done=False)]
+    events += [sse_body([chunk(model, {"content": p})], done=False) for p in pieces]
+    events += [sse_body([chunk(model, {}, "stop")])]
+    reads = [b"".join(events[at : at + 8]) for at in range(0, len(events), 8)]
+    upstream.add(model, chunks=reads, delay=0.001)
+    choice = final(openai_client, model)
+    assert [(c.function.name, json.loads(c.function.arguments)) for c in choice.message.tool_calls] == [
+        ("get_weather", {"city": cities[0], "days": 3}), ("get_weather", {"city": cities[1], "days": 2})]
+    assert choice.message.content == "Looking first. \nThen again,\nDone."
+    assert choice.finish_reason == "tool_calls"
