@@ -545,9 +545,9 @@ class SseRewriter:
             if (burst := getattr(lane, "burst", None)) is not None and len(data) >= BURST_MIN_EVENTS * first_end:
                 # The read at once, when the lane can take it so (each event's piece without
                 # Python work of its own: chat.py's `_args_burst`), and when it holds about
-                # `BURST_MIN_EVENTS` events or more (its first event's size tells). Only the lane
-                # itself has a burst, never `_lane_direct`'s `checked`: the echo check, until it
-                # has decided, gets each event and what went out for it.
+                # `BURST_MIN_EVENTS` events or more (its first event's size tells). Until the echo
+                # check has decided, it gets each event and what went out for it: `_lane_direct`'s
+                # `checked` has a burst only for a held block's lane, which sends nothing.
                 try:
                     out = burst(self, data)
                 except Exception as exc:
