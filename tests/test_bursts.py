@@ -1,6 +1,7 @@
 """A lane's bursts: a read of several events of a call's arguments taken at once (bodies.py's
 `plain_bodies`, the Kimi lexer's `steady_bodies`, chat.py's `_args_burst`, messages.py's
-`_block_burst`), and a read of plain text a quiet lane passes at once (`stream.quiet_lane`).
+`_block_burst`), a read of text a block held whole takes at once (chat.py's `_held_burst`), and a
+read of plain text a quiet lane passes at once (`stream.quiet_lane`).
 
 What a burst takes must be exactly what the events one by one would give: `plain_bodies` takes
 a read exactly when it is events of the frame whose bodies are plain (checked against orjson's
@@ -717,7 +718,7 @@ def test_a_block_held_whole_in_bursts_is_the_full_path_s(name, monkeypatch):
     # (Qwen3-Coder's first block here meets its lane while the `<think>` lexer still watches for
     # a bare closer: the lane's leaf is the whole channel, which takes no runs nor bursts.)
     expected_states = {False, True} if name == "hermes" else {True}
-    assert {decided for decided, out in taken if out is not None} == expected_states, "bursts in both blocks"
+    assert {decided for decided, out in taken if out is not None} == expected_states, "the blocks' bursts, by the echo check's state"
     assert len(made) >= 20 and len(made) < len(taken), (len(made), len(taken))  # (some refused: the escape, é)
     calls = [
         call for event in by_event(sent) if event.startswith(b"data: {")

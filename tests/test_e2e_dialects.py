@@ -22,6 +22,18 @@ def content_stream(model: str, text: str, size: int = 7) -> bytes:
     return sse_body([chunk(model, {"role": "assistant", "content": ""}), *(chunk(model, {"content": p}) for p in pieces), chunk(model, {}, "stop")])
 
 
+def token_events(model: str, text: str) -> list[bytes]:
+    """A Chat stream of `text` in 1-3 character tokens (as a model's tokens run), one event each."""
+    pieces, at = [], 0
+    while at < len(text):
+        pieces.append(text[at : at + 1 + at % 3])
+        at += 1 + at % 3
+    events = [sse_body([chunk(model, {"role": "assistant", "content": ""})], done=False)]
+    events += [sse_body([chunk(model, {"content": p})], done=False) for p in pieces]
+    events += [sse_body([chunk(model, {}, "stop")])]
+    return events
+
+
 def final(client, model: str):
     with client.chat.completions.stream(model=model, messages=MESSAGES, tools=[WEATHER]) as stream:
         return stream.get_final_completion().choices[0]
@@ -50,13 +62,7 @@ def test_qwen3_coder_long_value_token_by_token_one_event_a_read(upstream: Script
     model = "Qwen3-Coder-30B-" + unique_model
     content = "def f(a, b):\n    return a < b  # \"quoted\" \\ ünï\n" * 6 + "<div>literal</div>\nend"
     text = f"Writing it.\n<tool_call>\n<function=write_file>\n<parameter=path>\nsrc/f.py\n</parameter>\n<parameter=content>\n{content}\n</parameter>\n</function>\n</tool_call>"
-    pieces, at = [], 0
-    while at < len(text):
-        pieces.append(text[at : at + 1 + at % 3])
-        at += 1 + at % 3
-    events = [sse_body([chunk(model, {"role": "assistant", "content": ""})], done=False)]
-    events += [sse_body([chunk(model, {"content": p})], done=False) for p in pieces]
-    events += [sse_body([chunk(model, {}, "stop")])]
+    events = token_events(model, text)
     upstream.add(model, chunks=events, delay=0.001)
     with openai_client.chat.completions.stream(model=model, messages=MESSAGES, tools=[WRITE]) as stream:
         choice = stream.get_final_completion().choices[0]
@@ -145,13 +151,7 @@ def test_blocks_between_prose_one_event_a_read(upstream: ScriptedUpstream, opena
     model = "Qwen/Qwen2.5-72B-" + unique_model
     block = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "%s", "days": %d}}\n</tool_call>\n'
     text = "Looking first. " + block % ("Paris", 3) + "Then again, " + block % ("Oslo", 2) + "Done."
-    pieces, at = [], 0
-    while at < len(text):
-        pieces.append(text[at : at + 1 + at % 3])
-        at += 1 + at % 3
-    events = [sse_body([chunk(model, {"role": "assistant", "content": ""})], done=False)]
-    events += [sse_body([chunk(model, {"content": p})], done=False) for p in pieces]
-    events += [sse_body([chunk(model, {}, "stop")])]
+    events = token_events(model, text)
     upstream.add(model, chunks=events, delay=0.001)
     choice = final(openai_client, model)
     assert [(c.function.name, json.loads(c.function.arguments)) for c in choice.message.tool_calls] == [
@@ -172,13 +172,7 @@ def test_blocks_held_whole_in_reads_of_eight_events(upstream: ScriptedUpstream, 
     cities = ["Paris, " + "the city of light and of long plain words, " * 4 + "France", "Oslo " + "by the fjord, quoted \"here\" and there, " * 3]
     block = '<tool_call>\n{"name": "get_weather", "arguments": {"city": %s, "days": %d}}\n</tool_call>\n'
     text = "Looking first. " + block % (json.dumps(cities[0]), 3) + "Then again, " + block % (json.dumps(cities[1]), 2) + "Done."
-    pieces, at = [], 0
-    while at < len(text):
-        pieces.append(text[at : at + 1 + at % 3])
-        at += 1 + at % 3
-    events = [sse_body([chunk(model, {"role": "assistant", "content": ""})], done=False)]
-    events += [sse_body([chunk(model, {"content": p})], done=False) for p in pieces]
-    events += [sse_body([chunk(model, {}, "stop")])]
+    events = token_events(model, text)
     reads = [b"".join(events[at : at + 8]) for at in range(0, len(events), 8)]
     upstream.add(model, chunks=reads, delay=0.001)
     choice = final(openai_client, model)

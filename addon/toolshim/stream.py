@@ -648,16 +648,21 @@ class SseRewriter:
         if self._echo.changed:
             return read
 
+        def told(rewriter: SseRewriter, taken: bytes, out: list[bytes]) -> bool:
+            # The check gets what the lane took and what went out for it; once it has decided,
+            # the lane is taken unchecked (True).
+            echo = rewriter._echo
+            echo.took(taken)
+            echo.gave(out)
+            if echo.changed and getattr(rewriter._direct_lane, "lane", None) is read:
+                rewriter._direct = read
+                return True
+            return False
+
         def checked(rewriter: SseRewriter, raw: bytes) -> list[bytes] | None:
             out = read(rewriter, raw)
-            if out is not None:
-                echo = rewriter._echo
-                echo.took(raw)
-                echo.gave(out)
-                if echo.changed and getattr(rewriter._direct_lane, "lane", None) is read:
-                    rewriter._direct = read
-                elif getattr(rewriter._gate, "lane", None) is not read:
-                    rewriter._open_gate()  # (a lane the read set may wait for the echo check)
+            if out is not None and not told(rewriter, raw, out) and getattr(rewriter._gate, "lane", None) is not read:
+                rewriter._open_gate()  # (a lane the read set may wait for the echo check)
             return out
 
         checked.lane = read  # type: ignore[attr-defined]
@@ -669,11 +674,7 @@ class SseRewriter:
                 # bytes past `MAX_UNSENT` read into the assembly once after the run, not within).
                 ran = run(rewriter, events, first)
                 if ran > 0:
-                    echo = rewriter._echo
-                    echo.took(b"\n\n".join(events[first : first + ran]) + b"\n\n")
-                    echo.gave([])
-                    if echo.changed and getattr(rewriter._direct_lane, "lane", None) is read:
-                        rewriter._direct = read
+                    told(rewriter, b"\n\n".join(events[first : first + ran]) + b"\n\n", [])
                 return ran
 
             checked.run = checked_run  # type: ignore[attr-defined]
@@ -687,11 +688,7 @@ class SseRewriter:
                     # until the check has decided, it gets each event and what went out for it.)
                     out = burst(rewriter, data)
                     if out is not None:
-                        echo = rewriter._echo
-                        echo.took(data)
-                        echo.gave(out)
-                        if echo.changed and getattr(rewriter._direct_lane, "lane", None) is read:
-                            rewriter._direct = read
+                        told(rewriter, data, out)
                     return out
 
                 checked.burst = checked_burst  # type: ignore[attr-defined]
