@@ -648,20 +648,9 @@ class SseRewriter:
         if self._echo.changed:
             return read
 
-        def told(rewriter: SseRewriter, taken: bytes, out: list[bytes]) -> bool:
-            # The check gets what the lane took and what went out for it; once it has decided,
-            # the lane is taken unchecked (True).
-            echo = rewriter._echo
-            echo.took(taken)
-            echo.gave(out)
-            if echo.changed and getattr(rewriter._direct_lane, "lane", None) is read:
-                rewriter._direct = read
-                return True
-            return False
-
         def checked(rewriter: SseRewriter, raw: bytes) -> list[bytes] | None:
             out = read(rewriter, raw)
-            if out is not None and not told(rewriter, raw, out) and getattr(rewriter._gate, "lane", None) is not read:
+            if out is not None and not rewriter._told(read, raw, out) and getattr(rewriter._gate, "lane", None) is not read:
                 rewriter._open_gate()  # (a lane the read set may wait for the echo check)
             return out
 
@@ -674,7 +663,7 @@ class SseRewriter:
                 # bytes past `MAX_UNSENT` read into the assembly once after the run, not within).
                 ran = run(rewriter, events, first)
                 if ran > 0:
-                    told(rewriter, b"\n\n".join(events[first : first + ran]) + b"\n\n", [])
+                    rewriter._told(read, b"\n\n".join(events[first : first + ran]) + b"\n\n", [])
                 return ran
 
             checked.run = checked_run  # type: ignore[attr-defined]
@@ -688,11 +677,23 @@ class SseRewriter:
                     # until the check has decided, it gets each event and what went out for it.)
                     out = burst(rewriter, data)
                     if out is not None:
-                        told(rewriter, data, out)
+                        rewriter._told(read, data, out)
                     return out
 
                 checked.burst = checked_burst  # type: ignore[attr-defined]
         return checked
+
+    def _told(self, read: Direct, taken: bytes, out: list[bytes]) -> bool:
+        """`_lane_direct`'s checked lane of `read` took `taken` and sent `out`: the echo check
+        gets both; once it has decided, `read` is taken unchecked (True). (A method, not a
+        closure of each checked lane: one object fewer a stream holds.)"""
+        echo = self._echo
+        echo.took(taken)
+        echo.gave(out)
+        if echo.changed and getattr(self._direct_lane, "lane", None) is read:
+            self._direct = read
+            return True
+        return False
 
     def _one_event_framed(self, event: bytes) -> list[bytes]:
         """`_framed` of a read that is one whole event without fields (one data line, a lane's
