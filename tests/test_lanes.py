@@ -296,6 +296,22 @@ def cut_points(event: bytes, every: bool) -> list[int]:
 
 
 @pytest.mark.parametrize(("name", "api", "context", "body"), lane_streams(), ids=lambda v: v if isinstance(v, str) else "")
+def test_the_gate_is_never_stale_after_a_read(name, api, context, body):
+    """After every read, one event or eight at a time, the lane `feed` takes straight (`_gate`) is
+    the one the rewriter's state allows now (`_open_gate` worked out again gives the same): a read
+    that armed a lane, or left the echo check waiting, opened or closed the gate itself. (A stale
+    gate costs the next read the framed path; the checked lane's own re-opening is held by this.)"""
+    events = by_event(body)
+    for size in (1, 8):
+        rewriter = REWRITERS[api](copy.deepcopy(context))
+        for at in range(0, len(events), size):
+            rewriter.feed(b"".join(events[at : at + size]))
+            gate = rewriter._gate
+            rewriter._open_gate()
+            assert rewriter._gate is gate, (size, at, gate, rewriter._gate)
+
+
+@pytest.mark.parametrize(("name", "api", "context", "body"), lane_streams(), ids=lambda v: v if isinstance(v, str) else "")
 def test_every_split_through_the_lanes(name, api, context, body, monkeypatch):
     """One event a read, but one event cut in two, at each byte in turn: the lanes meet reads
     that hold part of an event, then whole events. Every byte around each event's text is a cut
