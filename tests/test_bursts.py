@@ -726,3 +726,44 @@ def test_a_block_held_whole_in_bursts_is_the_full_path_s(name, monkeypatch):
     ]  # fmt: skip
     arguments = [orjson.loads(call["function"]["arguments"]) for call in calls]
     assert [args["command"].strip() for args in arguments] == [HELD_COMMAND.strip()] * 2
+
+
+MINIMAX = "MiniMaxAI/MiniMax-M2"
+MESSAGES_HELD = {
+    "hermes in text": (HERMES, "<tool_call>\n" + HELD_STREAMS["hermes"][1] + "\n</tool_call>"),
+    "minimax in text": (MINIMAX, '<minimax:tool_call>\n<invoke name="bash">\n<parameter name="command">%s</parameter>\n</invoke>\n</minimax:tool_call>' % HELD_COMMAND),
+}
+
+
+@pytest.mark.parametrize("name", sorted(MESSAGES_HELD))
+def test_a_messages_block_held_whole_in_bursts_is_the_full_path_s(name, monkeypatch):
+    """The same on the Messages API (`MessagesStreamRewriter._block_burst`): two blocks held whole
+    in a text block, in reads of 2 to 9 events, the same bytes lanes on and off and through the
+    full path whole; reads of the second block (the echo check decided) taken at once, sending
+    nothing; both calls' input exact."""
+    from anthropic_stream import block_events, stream
+
+    model, block = MESSAGES_HELD[name]
+    text = f"Let me look.\n{block}\nAnd again.\n{block}\nDone."
+    context = RequestContext.from_request({"model": model, "tools": [{"name": "bash", "input_schema": BASH_CHAT["function"]["parameters"]}]})
+    body = stream(model, block_events(0, "text", pieces_of(text, 9)))
+    burst, taken = MessagesStreamRewriter._block_read.burst, []
+
+    def counting(rewriter, data):
+        out = burst(rewriter, data)
+        taken.append(out)
+        return out
+
+    monkeypatch.setattr(MessagesStreamRewriter._block_read, "burst", counting)
+    events = by_event(body)
+    sent = check(MESSAGES, context, body, [[b"".join(events[at : at + size]) for at in range(0, len(events), size)] for size in (2, 5, 9)], monkeypatch)
+    made = [out for out in taken if out is not None]
+    assert len(made) >= 10 and all(out == [] for out in made), (len(made), len(taken))
+    inputs: dict[int, str] = {}
+    for event in by_event(sent):
+        data = orjson.loads(event.split(b"data: ", 1)[1])
+        if data["type"] == "content_block_start" and data["content_block"]["type"] == "tool_use":
+            inputs[data["index"]] = ""
+        elif data["type"] == "content_block_delta" and data["delta"]["type"] == "input_json_delta":
+            inputs[data["index"]] += data["delta"]["partial_json"]
+    assert [orjson.loads(value)["command"].strip() for value in inputs.values()] == [HELD_COMMAND.strip()] * 2

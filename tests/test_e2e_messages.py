@@ -67,6 +67,28 @@ def test_prose_after_a_call_token_by_token_one_event_a_read(upstream, client, un
     assert message.content[2].text == after
 
 
+
+def test_minimax_blocks_held_whole_in_reads_of_eight_events(upstream, client, unique_model):
+    """Two MiniMax calls with long commands, in 1-3 character deltas written eight events to a
+    network read: the reads inside the second call's held parameter are taken at once
+    (`MessagesStreamRewriter._block_burst`, nothing sent for them); the SDK gets both calls with
+    their input exactly."""
+    model = f"MiniMax-M2-{unique_model}"
+    commands = ["ls -la /usr/lib && echo 'long plain words, spaced   out' " * 4, "grep -n \"quoted\" and more words " * 3]
+    call = '<minimax:tool_call>\n<invoke name="Bash">\n<parameter name="command">%s</parameter>\n</invoke>\n</minimax:tool_call>'
+    text = "Let me check. " + call % commands[0] + " And again. " + call % commands[1] + " Done."
+    pieces, at = [], 0
+    while at < len(text):
+        pieces.append(text[at : at + 1 + at % 3])
+        at += 1 + at % 3
+    events = [event + b"\n\n" for event in stream(model, block_events(0, "text", pieces)).split(b"\n\n") if event]
+    upstream.add(model, chunks=[b"".join(events[at : at + 8]) for at in range(0, len(events), 8)], delay=0.001)
+    message, _ = final_message(client, model)
+    calls = [block for block in message.content if block.type == "tool_use"]
+    assert [(block.name, block.input) for block in calls] == [("Bash", {"command": command}) for command in commands]
+    assert message.stop_reason == "tool_use"
+
+
 def test_think_tags_in_text_become_a_thinking_block(upstream, client, unique_model):
     model = f"MiniMax-M2-{unique_model}"
     upstream.add(model, chunks=[stream(model, block_events(0, "text", ["<think>Plan: ", "greet.</think>", "Hi!"]))])
