@@ -15,13 +15,13 @@ from typing import Any
 
 import orjson
 
-from .bodies import burst_events, plain_bodies, plain_text
+from .bodies import burst_events
 from .calls import INVALID_JSON, STRICT_FAILURE, CallScope, RewriteStats
 from .lexers import ScopeLexers, reads_the_start
 from .lexers.base import CallArgs, CallBegin, CallEnd, ChainLexer, Lexer, ReasoningEnd, ReasoningText, Segment, Text
 from .native import EMPTY_ARGUMENTS, OBJECT_ARGUMENTS, ArgumentTyping, NativeCalls
 from .sse import encode_event, is_one_data_line, parse_block
-from .stream import Contribution, Frame, SecondOf, SseRewriter, each_string, guarded, live_path, markup_may_start, noting_lane, plain_body, quiet_lane, string_spans, text_may_start_markup, unwind
+from .stream import Contribution, Frame, SecondOf, SseRewriter, each_string, guarded, held_burst, live_path, markup_may_start, noting_lane, plain_body, quiet_lane, string_spans, text_may_start_markup, unwind
 from .tools import RequestContext
 
 CONTENT = "content"
@@ -909,22 +909,10 @@ class ChatStreamRewriter(SseRewriter):
         return len(bodies)
 
     def _held_burst(self, data: bytes) -> list[bytes] | None:
-        """`_args_run` for a read of several events (`SseRewriter._feed_read`'s) at once, when
-        each is an event of the lane's frame with a plain body (`plain_bodies`: cut and checked
-        in C, no Python work an event) and the leaf holds a block: their texts fed as one, none
-        sent. None: nothing taken (the read goes through `_args_run` and `_args_read`)."""
+        """`_args_run` for a read of several events at once (`stream.held_burst`); None: the read
+        goes through `_args_run` and `_args_read`."""
         lane = self._args
-        holder = lane.leaf.first if lane.chained else lane.leaf
-        holding = getattr(holder, "holds_block", None)
-        if holding is None or not holding():
-            return None
-        bodies = plain_bodies(data, lane.frame)
-        if bodies is None:
-            return None
-        text = plain_text(bodies)
-        if (not self._reasoning_field_known and "reasoning" in text) or (lane.guarded and text_may_start_markup(text)) or not holder.held_bulk(text):
-            return None  # (as `_args_run` refuses them: each event is read by `_args_read`)
-        return []
+        return held_burst(data, lane.frame, lane.leaf, not self._reasoning_field_known, lane.guarded)  # (what `_args_run` refuses too)
 
     # `_args_read` under a second name, with a `run` and a `burst`: the lane of a block held
     # whole (`_arm`). `_feed_read` picks its loop by the lane's `run`, so a lane that takes no

@@ -38,13 +38,13 @@ from typing import Any
 import orjson
 from json_repair import repair_json
 
-from .bodies import burst_events, plain_bodies, plain_text
+from .bodies import burst_events, plain_bodies
 from .calls import CallScope, RewriteStats, random_id
 from .lexers import ScopeLexers
 from .native import EMPTY_ARGUMENTS, ArgumentTyping
 from .lexers.base import CallArgs, CallBegin, CallEnd, ChainLexer, Lexer, ReasoningEnd, ReasoningText, Segment, Text, TextPieces
 from .sse import encode_event, parse_block, read_event
-from .stream import _CARRIED_FIELD, Contribution, Frame, SseRewriter, live_path, markup_may_start, noting_lane, plain_body, quiet_lane, string_spans, text_may_start_markup, unwind
+from .stream import _CARRIED_FIELD, Contribution, Frame, SseRewriter, held_burst, live_path, markup_may_start, noting_lane, plain_body, quiet_lane, string_spans, text_may_start_markup, unwind
 from .tools import RequestContext
 
 TEXT, THINKING, TOOL_USE = "text", "thinking", "tool_use"
@@ -1038,20 +1038,12 @@ class MessagesStreamRewriter(SseRewriter):
     def _block_burst(self, data: bytes) -> list[bytes] | None:
         """`_block_read` for a read of several events (`SseRewriter._feed_read`'s), taken at
         once when each is a plain piece of a live call's arguments (`burst_events`), or of a
-        block the leaf holds whole (chat.py's `_held_burst`: their text fed as one, nothing
-        sent). (A quiet lane's lexer is idle, one with no call open has no arguments live:
+        block the leaf holds whole (`stream.held_burst`: their text fed as one, nothing sent). (A quiet lane's lexer is idle, one with no call open has no arguments live:
         `steady_bodies` takes nothing then.)"""
         lane = self._block
         if lane.steady_bodies is not None and lane.args is not None:
             return burst_events(data, lane.frame, lane.leaf.steady_bodies, lane.live, *lane.args, self.laned)
-        holder = lane.leaf.first if type(lane.leaf) is ChainLexer else lane.leaf  # (a chain's first stage holding a block makes nothing for its second)
-        holding = getattr(holder, "holds_block", None)
-        if holding is None or not holding():
-            return None
-        bodies = plain_bodies(data, lane.frame)
-        if bodies is None or not holder.held_bulk(plain_text(bodies)):
-            return None  # (a `<` escaped, the cap: each event is read by `_block_read`)
-        return []  # (the lane is not quiet: its lexer holds a block)
+        return held_burst(data, lane.frame, lane.leaf)  # (the lane is not quiet then: its lexer holds a block)
 
     # (`_feed_read` offers a read of several events to the lane's `burst` first.)
     _block_read.burst = _block_burst  # type: ignore[attr-defined]

@@ -25,7 +25,7 @@ from typing import Any
 
 import orjson
 
-from .bodies import plain_bodies
+from .bodies import plain_bodies, plain_text
 from .calls import RewriteStats
 from .lexers import MARKUP_STARTS
 from .lexers.base import ChainLexer, Lexer, Segment
@@ -234,6 +234,27 @@ def quiet_lane(frame: Frame, echo: EchoCheck, refuse: bytes | None = None) -> Di
     lane.burst = burst  # type: ignore[attr-defined]
     lane.read_bodies = read_bodies  # type: ignore[attr-defined]
     return lane
+
+
+def held_burst(data: bytes, frame: Frame, leaf: Lexer, name_unknown: bool = False, guarded: bool = False) -> list[bytes] | None:
+    """A lane's read of several events (`SseRewriter._feed_read`'s) inside a block its leaf holds
+    whole (a chain's: its first stage, whose held block makes nothing for its second), taken at
+    once when each is an event of `frame` with a plain body (`plain_bodies`: cut and checked in
+    C): their text fed to the block as one (`held_bulk`), nothing sent: []. None: nothing taken
+    (the events go one by one), as well for a text naming the reasoning field while it is not
+    known (`name_unknown`, Chat) or, `guarded`, one in which a marker may begin (`live_path`).
+    (chat.py's `_held_read`, messages.py's `_block_read`.)"""
+    holder = leaf.first if type(leaf) is ChainLexer else leaf
+    holding = getattr(holder, "holds_block", None)
+    if holding is None or not holding():
+        return None
+    bodies = plain_bodies(data, frame)
+    if bodies is None:
+        return None
+    text = plain_text(bodies)
+    if (name_unknown and "reasoning" in text) or (guarded and text_may_start_markup(text)) or not holder.held_bulk(text):
+        return None  # (a `<` escaped, the cap: each event is read by the lane)
+    return []
 
 
 def each_string(bodies: list[bytes]) -> list[str] | None:
