@@ -206,3 +206,35 @@ def test_a_long_hold_keeps_one_entry_of_fields():
         assert len(shim._waiting) == 1
     out = b"".join(shim.close())
     assert ids(out) == ["1999"] and out.count(b"retry: ") == 1 and b'\\"' + b"x" * 1999 + b'"}' in out
+
+
+def framed_byte_by_byte(data: bytes) -> list[bytes]:
+    """The blocks the framer's scan cuts `data` into (fed a byte at a time: never a whole read)."""
+    framer = SseFramer()
+    blocks = [block for at in range(len(data)) for block in framer.feed(data[at : at + 1])]
+    return blocks + framer.close()
+
+
+def test_a_read_of_whole_events_is_cut_as_the_scan_cuts_it(monkeypatch):
+    """A read of several whole events with LF line ends (in bursts) is cut at its blank lines at
+    once, without the framer's scan: the same blocks the scan makes, each its exact bytes. Reads
+    the scan must read (an empty block, a CR, an event cut short, a read that begins with a line
+    end) give the scan's blocks too, and what an event cut short holds stays for the next read."""
+    named = b'event: message\ndata: {"a": 1}\n\n'
+    plain = event("x") + event("y") + event("z")
+    fields = b"id: 7\nretry: 10\n" + event("w")
+    wholes = (plain, named * 3, plain + named + fields, fields + plain)
+    others = (plain + b"\n" + named, event("a") + b"\r\n" + plain, b"\n" + plain, plain + named[:9])
+    scans = {data: framed_byte_by_byte(data) for data in (*wholes, *others)}
+    scanned = []
+    scan = SseFramer._cut
+    monkeypatch.setattr(SseFramer, "_cut", lambda framer, final: scanned.append(final) or scan(framer, final))
+    for whole in wholes:
+        assert SseFramer().feed(whole) == scans[whole] and len(scans[whole]) >= 3
+    assert not scanned  # (no scan: cut at once)
+    for other in others:
+        framer = SseFramer()
+        assert framer.feed(other) + framer.close() == scans[other]
+        assert scanned and scanned[-1] is True  # (scanned, and closed)
+    framer = SseFramer()
+    assert framer.feed(plain + named[:9]) == scans[plain] and framer.feed(named[9:]) == [named]  # (the rest held, then cut)
