@@ -21,7 +21,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from test_fuzz import by_event
-from test_lanes import BASH_CHAT, chat_chunk, check, pieces_of, rewrite
+from test_lanes import BASH_CHAT, REWRITERS, chat_chunk, check, pieces_of, rewrite
 from toolshim.apis import CHAT, MESSAGES
 from toolshim.bodies import plain_bodies
 from toolshim.chat import ChatStreamRewriter
@@ -501,6 +501,41 @@ def test_reasoning_before_the_answer_in_bursts_passes_by_the_quiet_lane_s_burst(
 
 
 @pytest.mark.parametrize("fields", [("reasoning_content",), ("reasoning", "reasoning_content")])
+@pytest.mark.parametrize("first", [5, 6, 9, 12, 20])
+def test_the_rest_of_a_stream_s_first_read_goes_by_the_quiet_lane_s_burst(fields, first, monkeypatch):
+    """A stream's first read of several events, reasoning before the answer (where whole reads
+    do not pass): its first events are read one by one and teach the quiet lane, the rest of the
+    read (four events or more) goes out through the lane's burst at once, as it came; the same
+    bytes as the full path's, lanes on and off, and the later reads as before."""
+    context, events = reasoning_then_call(fields, REASONING)
+    reads = [b"".join(events[:first]), *(b"".join(events[at : at + 8]) for at in range(first, len(events), 8))]
+    check(CHAT, context, b"".join(events), [reads], monkeypatch)
+    offered = counting_quiet_bursts(monkeypatch)
+    out, rewriter = rewrite(CHAT, context, reads, True, monkeypatch)
+    assert rewriter.failure is None and b'"tool_calls"' in out
+    # (the role's event and the first reasoning events read in full, the lane learned from them)
+    taken = [data for data, sent in offered if sent is not None]
+    rests = [at for at in range(1, 5) if taken[:1] == [b"".join(events[at:first])]]
+    assert bool(rests) is (first >= 8) and all(first - at >= 4 for at in rests), [data.count(b"\n\n") for data in taken[:2]]
+    assert all(data.count(b"\n\n") == 8 for data in taken[len(rests) :])  # (then whole reads, as before)
+    # A rest the burst refuses (a `[`: a marker may begin) goes event by event, offered once.
+    bracketed = [*events[:first], chat_chunk(KIMI, dict.fromkeys(fields, " [x] ")), *events[first:]]
+    reads = [b"".join(bracketed[: first + 1]), *(b"".join(bracketed[at : at + 8]) for at in range(first + 1, len(bracketed), 8))]
+    check(CHAT, context, b"".join(bracketed), [reads], monkeypatch)
+    del offered[:]
+    rewriter = REWRITERS[CHAT](copy.deepcopy(context))
+    rewriter.feed(reads[0])
+    assert len(offered) == (first >= 7) and not any(sent for _, sent in offered)
+    # Without a call the client gets what upstream sent: the echo check took the rest as it gave it.
+    plain = [*events[: 1 + len(pieces_of(REASONING, 6))], *(chat_chunk(KIMI, {"content": p}) for p in pieces_of("The answer is plain.", 4))]
+    plain += [chat_chunk(KIMI, {}, "stop"), b"data: [DONE]\n\n"]
+    assert b"<|" not in b"".join(plain)
+    reads = [b"".join(plain[:first]), *(b"".join(plain[at : at + 8]) for at in range(first, len(plain), 8))]
+    out, rewriter = rewrite(CHAT, context, reads, True, monkeypatch)
+    assert out == b"".join(plain) and not rewriter.changed
+
+
+@pytest.mark.parametrize("fields", [("reasoning_content",), ("reasoning", "reasoning_content")])
 def test_a_quiet_burst_s_events_are_noted_and_remembered_as_read_again(fields, monkeypatch):
     """Through the stream callable in reads of eight, remembered at the terminal event: each
     read a quiet lane's burst passed is noted as one piece with its events' bodies, and the turn
@@ -512,8 +547,9 @@ def test_a_quiet_burst_s_events_are_noted_and_remembered_as_read_again(fields, m
     fed, read_again, from_notes = remembered_through_the_stream(context, [b"".join(events[at : at + 8]) for at in range(0, len(events), 8)], CHAT)
     assert fed == read_again and fed[0].calls and fed[0].reasoning
     taken = [data for data, sent in offered if sent is not None]
-    assert len(taken) >= 10 and all(data.count(b"\n\n") == 8 for data in taken)
-    assert from_notes >= 8 * len(taken)  # (each read noted as one piece, with its events' bodies)
+    # (the first: the rest of the stream's first read, after the events that taught the lane)
+    assert len(taken) >= 10 and all(data.count(b"\n\n") == 8 for data in taken[1:]) and 4 <= taken[0].count(b"\n\n") < 8
+    assert from_notes >= sum(data.count(b"\n\n") for data in taken)  # (each read noted as one piece, with its events' bodies)
 
 
 def test_a_quiet_burst_naming_the_reasoning_field_is_read_event_by_event(monkeypatch):

@@ -745,11 +745,13 @@ class SseRewriter:
     def _framed_rest_whole(self, events: list[bytes]) -> list[bytes]:
         """`_framed`'s events, the first read of several that is framed (a stream's start, in
         bursts, with the text after it): once whole reads pass, the rest of the read passes as
-        one when nothing in it needs a look, as a read of it alone would (`_whole_read`). Once a
+        one when nothing in it needs a look, as a read of it alone would (`_whole_read`); before
+        (reasoning first), once a quiet lane is learned, the rest goes to its burst. Once a
         stream: tried on every framed read, it cost the reads around markup more than it saved."""
         self._rest_untried = False
         out: list[bytes] = []
         echo, given, last = self._echo, 0, len(events) - 2
+        burst_untried = True
         for at, raw in enumerate(events):
             echo.took(raw)
             out += self._on_block_failing_open(raw)
@@ -764,6 +766,27 @@ class SseRewriter:
                         out.append(rest)
                         if self._direct_lane is None and self.lanes:
                             self._passed_among(events[at + 1])
+                        break
+            elif (
+                burst_untried and len(events) - at > BURST_MIN_EVENTS and (lane := self._direct_lane) is not None
+                and getattr(lane, "waits_for", None) is not None and (burst := getattr(lane, "burst", None)) is not None
+            ):  # fmt: skip
+                # A quiet lane learned from the events before (reasoning, where whole reads do
+                # not pass yet): the rest of the read (`BURST_MIN_EVENTS` events or more) through
+                # its burst, as `_feed_read` gives it the next read, when it takes it as it came.
+                echo.gave(out[given:])
+                given = len(out)
+                self._open_gate()
+                if self._gate is lane:
+                    burst_untried = False  # (the rest looked at once: linear in the read)
+                    rest = b"".join(events[at + 1 :])
+                    try:
+                        passed = burst(self, rest)
+                    except Exception:  # (as refused: each event is read, failing open on its own)
+                        passed = None
+                    if passed is not None:
+                        echo.took(rest)
+                        out += passed
                         break
         echo.gave(out[given:])
         return out
