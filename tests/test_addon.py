@@ -86,6 +86,38 @@ def test_what_the_client_got_is_handed_on_once_when_the_terminal_event_goes_out(
     assert stream(b"") == [] and len(handed) == 1
 
 
+class Recording(Pieces):
+    """`Pieces` that keeps what it was fed."""
+
+    def __init__(self, *reads: list[bytes]) -> None:
+        super().__init__(*reads)
+        self.fed: list[bytes] = []
+
+    def feed(self, data: bytes) -> list[bytes]:
+        self.fed.append(data)
+        return super().feed(data)
+
+
+def test_a_body_sent_as_it_is_takes_no_decoder_call_and_a_compressed_one_is_decoded():
+    """Without a content-encoding, a read goes to the rewriter as it came, with no decoder
+    called (one call fewer on every read); a gzip body is decoded piece by piece, its end
+    flushed, and the upstream copy kept decoded."""
+    import gzip
+
+    plain = StreamRewrite(Recording([b"a"], [b"b"]), incremental_decoder(""), "u", True)
+    assert plain.decoder is None and plain(b"data: 1") == [b"a"] and plain(b"data: 2") == [b"b"]
+    assert plain.rewriter.fed == [b"data: 1", b"data: 2"] and plain.upstream == [b"data: 1", b"data: 2"]
+    body = b"data: one\n\ndata: two\n\n"
+    packed = gzip.compress(body)
+    rewriter = Recording(*([[]] * (len(packed) + 1)))
+    squeezed = StreamRewrite(rewriter, incremental_decoder("gzip"), "u", True)
+    assert squeezed.decoder is not None
+    for at in range(len(packed)):
+        squeezed(packed[at : at + 1])
+    squeezed(b"")
+    assert b"".join(rewriter.fed) == body == b"".join(squeezed.upstream)
+
+
 CHAT_TEXT = b'data: {"choices":[{"index":0,"delta":{"content":"say data: [DONE] or [DONE]"}}]}\n\n'
 RESPONSES_TEXT = (
     b"event: response.output_text.delta\n"

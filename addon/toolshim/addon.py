@@ -31,7 +31,7 @@ from .backends import REASONING, REPAIRS, RepairPolicy, backend_for
 from .calls import RewriteStats
 from .chat import ChatStreamRewriter, rewrite_chat_completion
 from .emulation import EmulatedRequest, emulate_request
-from .encoding import Decoder, incremental_decoder
+from .encoding import Decoder, identity, incremental_decoder
 from .history import HistoryRepair
 from .lexers import DIALECT_NAMES
 from .messages import MessagesStreamRewriter, rewrite_messages_body
@@ -146,7 +146,7 @@ class StreamRewrite:
     ) -> None:
         self.rewriter: SseRewriter | None = rewriter
         self._stats: RewriteStats | None = None  # (the rewriter's, once it is let go: `finished`)
-        self.decoder = decoder
+        self.decoder: Decoder | None = None if decoder is identity else decoder  # (None: no call a read)
         self.url = url
         self.keep_upstream = keep_upstream
         self.sent: list[bytes] = []  # what the client got: kept so mitmweb and -w can show it
@@ -161,11 +161,12 @@ class StreamRewrite:
 
     def __call__(self, data: bytes) -> list[bytes]:
         end = not data
-        try:
-            plain = self.decoder(data)
-        except Exception as exc:  # broken compression: nothing sensible can be decoded
-            self._fail(exc)
-            plain = data
+        plain = data
+        if self.decoder is not None:
+            try:
+                plain = self.decoder(data)
+            except Exception as exc:  # broken compression: nothing sensible can be decoded
+                self._fail(exc)
         if self.keep_upstream and plain:
             self.upstream.append(plain)
         if self.failed:

@@ -13,11 +13,16 @@ from collections.abc import Callable
 Decoder = Callable[[bytes], bytes]  # called with b"" once at the end to flush
 
 
+def identity(data: bytes) -> bytes:
+    """The decoder of a body sent as it is (`incremental_decoder`'s for no encoding)."""
+    return data
+
+
 def incremental_decoder(content_encoding: str) -> Decoder | None:
     """A decoder for the header's encoding, or None when it is not one we can stream."""
     encoding = content_encoding.strip().lower()
     if encoding in ("", "identity"):
-        return lambda data: data
+        return identity
     if encoding in ("gzip", "x-gzip", "deflate"):
         # wbits 31: gzip framing; 47: detect zlib or gzip framing (what "deflate" means in practice).
         inflater = zlib.decompressobj(31 if "gzip" in encoding else 47)

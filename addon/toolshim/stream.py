@@ -528,7 +528,8 @@ class SseRewriter:
                 return self._lane_failed(exc, data)
             if out is not None:
                 return out
-        whole = self._passes_whole_reads and not self._waiting and not self._withheld and self._echo.idle
+        # (`self._echo.idle`, inline: a property is a call, on every read)
+        whole = self._passes_whole_reads and not self._waiting and not self._withheld and not (echo := self._echo)._unsent and echo._assembly is None
         if whole and data[-2:] == b"\n\n" and not self._framer._buf:
             # Whole events, as a read of several nearly always is (`_whole_read`'s commonest
             # case): as they came when nothing in them needs a look. (What this changes, a frame
