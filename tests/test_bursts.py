@@ -286,6 +286,35 @@ def test_a_burst_is_offered_only_reads_of_four_events_or_more(size, monkeypatch)
         assert len([made for made in taken if made is not None]) >= 10
 
 
+def test_a_messages_read_inside_a_call_is_not_searched_for_markup_first(monkeypatch):
+    """A Messages read of a Kimi call's arguments in bursts (no block quiet: the thinking
+    block's lexer is read) is told at once that it cannot pass whole: no search for a marker's
+    beginning before the lane's burst takes it (`_nothing_to_read`), and the bytes are the
+    full path's."""
+    from toolshim import messages
+
+    context, body = kimi_stream(MESSAGES, "thinking")
+    events = by_event(body)
+    reads = [b"".join(events[at : at + 8]) for at in range(0, len(events), 8)]
+    check(MESSAGES, context, body, [reads], monkeypatch)
+    searched, inside, taken = [], [], counting_bursts(MESSAGES, monkeypatch)
+    search, told = messages.markup_may_start, MessagesStreamRewriter._nothing_to_read
+
+    def telling(rewriter, data):  # (the searches each read inside the call cost)
+        before = len(searched)
+        passes = told(rewriter, data)
+        if rewriter._block is not None:
+            inside.append(len(searched) - before)
+        return passes
+
+    monkeypatch.setattr(messages, "markup_may_start", lambda data: searched.append(data) or search(data))
+    monkeypatch.setattr(MessagesStreamRewriter, "_nothing_to_read", telling)
+    out, rewriter = rewrite(MESSAGES, context, reads, True, monkeypatch)
+    assert rewriter.failure is None and b'"tool_use"' in out
+    assert len([made for made in taken if made is not None]) >= 10
+    assert len(inside) >= 10 and not any(inside)
+
+
 def _with_max_held(init, max_held: int):
     def __init__(self, context, **options):
         init(self, context, **{**options, "max_held": max_held})

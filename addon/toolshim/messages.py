@@ -759,6 +759,8 @@ class MessagesStreamRewriter(SseRewriter):
             bodies = plain_bodies(data, frame)
             if bodies is not None and 91 not in b"".join(bodies):
                 return True
+        if not self._quiet_blocks:
+            return False  # (no delta passes unread, nor any other event: a block's lexer is read, in bursts)
         if markup_may_start(data):
             return False
         if len(self._quiet_blocks) == 1:  # (one block open, as nearly always: one search in C)
