@@ -286,6 +286,27 @@ def test_a_burst_is_offered_only_reads_of_four_events_or_more(size, monkeypatch)
         assert len([made for made in taken if made is not None]) >= 10
 
 
+@pytest.mark.parametrize("name", ["chat: content", "chat: mirrored reasoning", "messages: thinking"])
+def test_a_burst_is_offered_by_feed_itself(name, monkeypatch):
+    """A read of several events that the lane refuses and that cannot pass whole goes to the
+    lane's burst from `feed` itself: a read the burst takes costs no further call (`_feed_read`,
+    the gate worked out again); the others go on as before. The bytes are the full path's."""
+    from toolshim.stream import SseRewriter
+
+    api, where, extra = STREAMS[name]
+    context, body = kimi_stream(api, where, extra)
+    events = by_event(body)
+    reads = [b"".join(events[at : at + 8]) for at in range(0, len(events), 8)]
+    check(api, context, body, [reads], monkeypatch)
+    taken, went_on = counting_bursts(api, monkeypatch), []
+    feed_read = SseRewriter._feed_read
+    monkeypatch.setattr(SseRewriter, "_feed_read", lambda rewriter, data, *rest, **options: went_on.append(data) or feed_read(rewriter, data, *rest, **options))
+    out, rewriter = rewrite(api, context, reads, True, monkeypatch)
+    assert rewriter.failure is None and (b'"tool_calls"' in out or b'"tool_use"' in out)
+    bursts = [made for made in taken if made is not None]
+    assert len(bursts) >= 10 and len(went_on) <= len(reads) - len(bursts)
+
+
 def test_a_messages_read_inside_a_call_is_not_searched_for_markup_first(monkeypatch):
     """A Messages read of a Kimi call's arguments in bursts (no block quiet: the thinking
     block's lexer is read) is told at once that it cannot pass whole: no search for a marker's

@@ -539,6 +539,22 @@ class SseRewriter:
                     self._passed_whole(data)
                 return [data]
             whole = False  # (tried)
+        if lane is not None and not whole and 2 <= (first_end := data.find(b"\n\n") + 2) < len(data) and 13 not in data:
+            # A read of several events (in bursts) the lane refused, where whole reads do not
+            # pass: the lane's burst, here, as `_feed_read` would offer it, without that call
+            # nor the gate worked out again after it (a burst sets no lane; the checked one that
+            # lets its lane go unchecked opens the gate itself: `_direct`).
+            if (burst := getattr(lane, "burst", None)) is not None and len(data) >= BURST_MIN_EVENTS * first_end:
+                try:
+                    out = burst(self, data)
+                except Exception as exc:
+                    return self._lane_failed(exc, data)
+                if out is not None:
+                    return out
+            try:
+                return self._feed_read(data, lane, False, burst_tried=True)
+            finally:
+                self._open_gate()
         try:
             return self._feed_read(data, lane, whole)
         finally:
@@ -552,10 +568,11 @@ class SseRewriter:
         self._taken += 1
         return [event]
 
-    def _feed_read(self, data: bytes, lane: Direct | None, whole: bool) -> list[bytes]:
+    def _feed_read(self, data: bytes, lane: Direct | None, whole: bool, burst_tried: bool = False) -> list[bytes]:
         """A read `feed` did not send: `whole`, the whole read as it came when nothing in it needs
         a look (`_whole_read`); else, when it holds several events back to back (a fast model, a
-        busy proxy: its first blank line before its end), the lane's; else framed."""
+        busy proxy: its first blank line before its end), the lane's (its burst, unless `feed`
+        offered it the read already: `burst_tried`); else framed."""
         if whole:
             passed = self._whole_read(data)
             if passed is not None:
@@ -564,7 +581,7 @@ class SseRewriter:
                 self._open_gate()  # (what the whole read learned may close the gate)
                 lane = self._gate
         if lane is not None and 2 <= (first_end := data.find(b"\n\n") + 2) < len(data) and 13 not in data:
-            if (burst := getattr(lane, "burst", None)) is not None and len(data) >= BURST_MIN_EVENTS * first_end:
+            if not burst_tried and (burst := getattr(lane, "burst", None)) is not None and len(data) >= BURST_MIN_EVENTS * first_end:
                 # The read at once, when the lane can take it so (each event's piece without
                 # Python work of its own: chat.py's `_args_burst`), and when it holds about
                 # `BURST_MIN_EVENTS` events or more (its first event's size tells). Until the echo
