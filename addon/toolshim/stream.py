@@ -66,7 +66,9 @@ def text_may_start_markup(text: str) -> bool:
 def markup_may_start(raw: bytes) -> bool:
     """Might a marker of some dialect begin in the text of these raw events (JSON bytes)? Every
     marker begins with `<` (`\\u003c` escaped) or is a bracket marker."""
-    if 60 in raw or _escaped_markup(raw):  # (`in`: a search for one byte, no arguments parsed, see sse.py)
+    # (`in`: a search for one byte, no arguments parsed, see sse.py; no backslash, no escape: no
+    # call, on the commonest read)
+    if 60 in raw or (92 in raw and _escaped_markup(raw)):
         return True
     # A pattern that begins with a literal is searched for that byte in C: one pass, where
     # counting the JSON's own `[{` and `[]` to rule brackets out took three.
@@ -76,9 +78,8 @@ def markup_may_start(raw: bytes) -> bool:
 def _escaped_markup(raw: bytes) -> bool:
     """Is there a `\\u003` (an escaped `<`, or what may be one) in `raw`? A search for one byte
     is memchr, for several a pass over every byte: the first few backslashes are looked at one
-    by one (text with quotes has a few), a run of many is searched for the escape itself."""
-    if 92 not in raw:
-        return False  # (no backslash at all, the commonest answer: one search, no arguments parsed)
+    by one (text with quotes has a few), a run of many is searched for the escape itself.
+    (`markup_may_start` calls it only for bytes that hold a backslash.)"""
     at = raw.find(b"\\")
     for _ in range(8):
         if at < 0:
