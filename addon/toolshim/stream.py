@@ -540,6 +540,7 @@ class SseRewriter:
                     self._passed_whole(data)
                 return [data]
             whole = False  # (tried)
+        burst_tried = False
         if lane is not None and not whole and 2 <= (first_end := data.find(b"\n\n") + 2) < len(data) and 13 not in data:
             # A read of several events (in bursts) the lane refused, where whole reads do not
             # pass: the lane's burst, here, as `_feed_read` would offer it, without that call
@@ -547,17 +548,13 @@ class SseRewriter:
             # lets its lane go unchecked opens the gate itself: `_direct`).
             if (burst := getattr(lane, "burst", None)) is not None and len(data) >= BURST_MIN_EVENTS * first_end:
                 try:
-                    out = burst(self, data)
+                    if (out := burst(self, data)) is not None:
+                        return out
                 except Exception as exc:
                     return self._lane_failed(exc, data)
-                if out is not None:
-                    return out
-            try:
-                return self._feed_read(data, lane, False, burst_tried=True)
-            finally:
-                self._open_gate()
+            burst_tried = True
         try:
-            return self._feed_read(data, lane, whole)
+            return self._feed_read(data, lane, whole, burst_tried)
         finally:
             self._open_gate()
 
