@@ -540,7 +540,7 @@ class SseRewriter:
                     self._passed_whole(data)
                 return [data]
             whole = False  # (tried)
-        burst_tried = False
+        offered: int | None = None  # (the read's first event's end, once its burst was offered here)
         if lane is not None and not whole and 2 <= (first_end := data.find(b"\n\n") + 2) < len(data) and 13 not in data:
             # A read of several events (in bursts) the lane refused, where whole reads do not
             # pass: the lane's burst, here, as `_feed_read` would offer it, without that call
@@ -552,9 +552,9 @@ class SseRewriter:
                         return out
                 except Exception as exc:
                     return self._lane_failed(exc, data)
-            burst_tried = True
+            offered = first_end
         try:
-            return self._feed_read(data, lane, whole, burst_tried)
+            return self._feed_read(data, lane, whole, offered)
         finally:
             self._open_gate()
 
@@ -566,11 +566,11 @@ class SseRewriter:
         self._taken += 1
         return [event]
 
-    def _feed_read(self, data: bytes, lane: Direct | None, whole: bool, burst_tried: bool = False) -> list[bytes]:
+    def _feed_read(self, data: bytes, lane: Direct | None, whole: bool, offered: int | None = None) -> list[bytes]:
         """A read `feed` did not send: `whole`, the whole read as it came when nothing in it needs
         a look (`_whole_read`); else, when it holds several events back to back (a fast model, a
         busy proxy: its first blank line before its end), the lane's (its burst, unless `feed`
-        offered it the read already: `burst_tried`); else framed."""
+        offered it the read already, its first event ending at `offered`); else framed."""
         if whole:
             passed = self._whole_read(data)
             if passed is not None:
@@ -578,8 +578,10 @@ class SseRewriter:
             if lane is not None:
                 self._open_gate()  # (what the whole read learned may close the gate)
                 lane = self._gate
-        if lane is not None and 2 <= (first_end := data.find(b"\n\n") + 2) < len(data) and 13 not in data:
-            if not burst_tried and (burst := getattr(lane, "burst", None)) is not None and len(data) >= BURST_MIN_EVENTS * first_end:
+        if offered is not None:
+            first_end = offered  # (`feed` found it, as below, the lane unchanged: the read is not tried whole here)
+        if lane is not None and (offered is not None or (2 <= (first_end := data.find(b"\n\n") + 2) < len(data) and 13 not in data)):
+            if offered is None and (burst := getattr(lane, "burst", None)) is not None and len(data) >= BURST_MIN_EVENTS * first_end:
                 # The read at once, when the lane can take it so (each event's piece without
                 # Python work of its own: chat.py's `_args_burst`), and when it holds about
                 # `BURST_MIN_EVENTS` events or more (its first event's size tells). Until the echo
