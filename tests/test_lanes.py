@@ -402,6 +402,53 @@ def test_prose_after_a_call_takes_the_quiet_lane_again(monkeypatch):
         assert not any(event in read for event in after), (name, [e for e in after if e in read])
 
 
+@pytest.mark.parametrize("fields", [("content",), ("reasoning", "reasoning_content")])
+def test_kimi_arguments_in_the_verbatim_state_take_no_steady_call(fields, monkeypatch):
+    """Once the Kimi lexer made arguments of a piece that ends in no whitespace, the lane takes
+    the next such piece without a marker's `<` as it is (`Lexer.steady_piece`'s verbatim
+    state), without the call: `steady_piece` is asked of the first piece of the arguments, of a
+    piece that ends in whitespace or holds a `<` and of the piece after one that ends in
+    whitespace, and of nothing else; the bytes are the full path's."""
+    from toolshim.lexers.kimi import KimiLexer
+
+    asked: list[str] = []
+
+    def steady_piece(self, text, live, original=KimiLexer.steady_piece):
+        asked.append(text)
+        return original(self, text, live)
+
+    monkeypatch.setattr(KimiLexer, "steady_piece", steady_piece)
+    model = "moonshotai/Kimi-K2.5"
+    # (pieces ending in whitespace, a Unicode one among them, a `<`, an escape, a non-ASCII letter)
+    args = ['{"', "comm", 'and"', ":", ' "', "grep", " -n", " 'a", "<b'", " src", "/ ", "x", "y", "z  ", "\\n", "é", "\u3000", "wc", '"}']
+    head = ["Looking.", "<|tool_calls_section_begin|>", "<|tool_call_begin|>", "functions.bash:0", "<|tool_call_argument_begin|>"]
+    tail = ["<|tool_call_end|>", "<|tool_calls_section_end|>", "Done."]
+    texts = [*head, *args, *tail]
+    events = [chat_chunk(model, dict.fromkeys(fields, text)) for text in texts] + [chat_chunk(model, {}, "stop"), b"data: [DONE]\n\n"]
+    context = RequestContext.from_body(json.dumps({"model": model, "tools": [BASH_CHAT], "stream": True}).encode())
+    for at, event in enumerate(events):
+        if b"argument_begin" in event:
+            break
+    rewriter = ChatStreamRewriter(copy.deepcopy(context))
+    rewriter.lanes = True
+    # (the arguments' first piece is read in full, and arms their lane)
+    out = [piece for event in events[: at + 2] for piece in rewriter.feed(event)]
+    assert rewriter._args is not None
+    asked.clear()
+    for event in events[at + 2 : at + 1 + len(args)]:
+        out += rewriter.feed(event)
+    pieces = texts[at + 2 : at + 1 + len(args)]
+    # (asked: the lane's first piece, one after a piece that ends in whitespace or that the
+    # lexer read in full, one with a `<`, one that ends in whitespace)
+    after_steady = [n == 0 or pieces[n - 1][-1].isspace() or "<" in pieces[n - 1] for n in range(len(pieces))]
+    expected = [text for n, text in enumerate(pieces) if after_steady[n] or "<" in text or text[-1].isspace()]
+    assert asked == expected
+    for event in events[at + 1 + len(args) :]:
+        out += rewriter.feed(event)
+    out += rewriter.close()
+    assert b"".join(out) == rewrite(CHAT, context, [b"".join(events)], False, monkeypatch)[0]
+
+
 def test_a_quiet_frame_with_a_finish_reason_is_not_taken_up_after_a_call(monkeypatch):
     """A quiet lane learned from events that carry `"finish_reason":"stop"` (odd, but seen) is
     not taken up again after a call: such an event must then be read (`stop` becomes

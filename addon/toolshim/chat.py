@@ -254,7 +254,7 @@ class ArgsLane:
 
     __slots__ = (
         "frame", "frame_head", "frame_mid", "frame_tail", "fixed", "start", "end", "leaf", "chained", "path", "head", "tail", "before", "after",
-        "alone", "held", "finished", "rendered", "state", "channel", "guarded", "steady", "steady_bodies",
+        "alone", "held", "finished", "rendered", "state", "channel", "guarded", "steady", "steady_bodies", "stop", "verbatim",
     )  # fmt: skip
 
     def __init__(
@@ -284,6 +284,10 @@ class ArgsLane:
         # event for each piece and nothing for a piece that makes nothing.
         steady_bodies = getattr(type(self.leaf), "steady_bodies", None) if self.steady is not None else None
         self.steady_bodies = steady_bodies if self.alone and not self.held else None
+        # The leaf in its verbatim state (`Lexer.steady_piece`), as its last piece left it: the
+        # next text without `stop` nor whitespace at its end is the arguments it makes.
+        self.stop = getattr(type(self.leaf), "verbatim_stop", None) if self.steady is not None else None
+        self.verbatim = False
 
     def past_idle_first(self) -> Lexer:
         """The leaf, a chain whose first stage is now idle: the path goes on into its second
@@ -825,7 +829,14 @@ class ChatStreamRewriter(SseRewriter):
             # (The frame's own bytes were read in full: only the string can name the field, as
             # the full path reads it: `raw.find(b'"reasoning')`.)
             self._reasoning_field_known = True
-        if (steady := lane.steady) is None or (piece := steady(lane.leaf, text, lane.finished)) is None:
+        if lane.verbatim and lane.stop not in text and not text[-1].isspace():
+            piece = text  # (what the leaf's `steady_piece` makes of it: no call)
+        elif (steady := lane.steady) is not None and (piece := steady(lane.leaf, text, lane.finished)) is not None:
+            lane.verbatim = lane.stop is not None and piece != "" and not text[-1].isspace()
+            if not piece:
+                return [*lane.held]  # (the steady state made nothing of it: whitespace held)
+        else:
+            lane.verbatim = False  # (the leaf is fed: its state is no longer known)
             leaf = lane.leaf
             if lane.chained and leaf.first.idle and not leaf.second.idle:
                 leaf = lane.past_idle_first()  # (armed while the first stage held something)
@@ -847,8 +858,6 @@ class ChatStreamRewriter(SseRewriter):
                 # Anything else: what the lexers around the leaf make of it, rendered as the full path does.
                 return self._read_lexed(raw, text, unwind(lane.path, segments), lane.state, lane.channel, lane.rendered, lane.frame)
             piece = segments[0].text
-        elif not piece:
-            return [*lane.held]  # (the steady state made nothing of it: whitespace held)
         # A piece of the open call's arguments (the commonest event of a tool-call stream, most
         # often the leaf's steady piece: `Lexer.steady_piece`), around the output frame.
         if piece == text and 92 not in body:
@@ -870,6 +879,7 @@ class ChatStreamRewriter(SseRewriter):
         lane = self._args
         if lane.steady_bodies is None or (not self._reasoning_field_known and data.find(b"reasoning") >= 0):
             return None  # (`_args_read` notes a text that names the reasoning field; `find`: see addon.py)
+        lane.verbatim = False  # (the leaf takes the pieces: its state after them is not told)
         return burst_events(data, lane.frame, lane.leaf.steady_bodies, lane.finished, lane.head, lane.tail, self.laned)
 
     # (`_feed_read` offers a read of several events to the lane's `burst` first.)

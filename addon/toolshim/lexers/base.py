@@ -78,7 +78,13 @@ class Lexer(Protocol):
         call's arguments streamed live, when `live`: arguments may be made; a block held), as
         `feed` takes it: the arguments it makes (`feed`'s one `CallArgs` of that text), ""
         when it makes nothing; busy before and after. None: not such a piece, nothing taken
-        (`feed` reads it). Lanes look it up once, when they are armed (chat.py, `ArgsLane`)."""
+        (`feed` reads it). Lanes look it up once, when they are armed (chat.py, `ArgsLane`).
+
+        A lexer whose class names a `verbatim_stop` character promises more: once it made
+        arguments (not "") of a text that does not end in whitespace, it is in its verbatim
+        state until it is given anything else: it would make any text that is not empty, holds
+        no `verbatim_stop` and does not end in whitespace into that text itself, and stay so.
+        A lane then takes such a text as it is, without the call (chat.py, `_args_read`)."""
 
 
 class Reporting:

@@ -175,6 +175,10 @@ class KimiLexer(TokenLexer):
             return out
         return super().feed(text)
 
+    # (`Lexer.steady_piece`'s verbatim state: live arguments with no whitespace held, as after
+    # arguments made of a text that ends in none; only a `<` may begin a marker.)
+    verbatim_stop = "<"
+
     def steady_piece(self, text: str, live: bool) -> str | None:
         """`Lexer.steady_piece`: a piece of a call's arguments streamed live (`feed`'s own
         commonest case), or of a call's header (held: ""), unless it may begin a marker, would
