@@ -402,13 +402,39 @@ def test_prose_after_a_call_takes_the_quiet_lane_again(monkeypatch):
         assert not any(event in read for event in after), (name, [e for e in after if e in read])
 
 
-@pytest.mark.parametrize("fields", [("content",), ("reasoning", "reasoning_content")])
-def test_kimi_arguments_in_the_verbatim_state_take_no_steady_call(fields, monkeypatch):
-    """Once the Kimi lexer made arguments of a piece that ends in no whitespace, the lane takes
+# A Kimi call's arguments in pieces: ending in whitespace (a Unicode one among them), with a `<`,
+# an escape, a non-ASCII letter, and runs of plain ones between.
+VERBATIM_ARGS = ['{"', "comm", 'and"', ":", ' "', "grep", " -n", " 'a", "<b'", " src", "/ ", "x", "y", "z  ", "\\n", "é", "\u3000", "wc", "-l", "|", "so", "rt", '"}']
+
+
+def verbatim_stream(api: str, fields: tuple[str, ...] | str) -> tuple[RequestContext, bytes]:
+    from anthropic_stream import block_events, stream
+    from responses import number_events, responses_events, responses_sse
+
+    model = "moonshotai/Kimi-K2.5"
+    texts = ["Looking.", "<|tool_calls_section_begin|>", "<|tool_call_begin|>", "functions.bash:0", "<|tool_call_argument_begin|>",
+             *VERBATIM_ARGS, "<|tool_call_end|>", "<|tool_calls_section_end|>", "Done."]  # fmt: skip
+    if api == CHAT:
+        events = [chat_chunk(model, dict.fromkeys(fields, text)) for text in texts] + [chat_chunk(model, {}, "stop"), b"data: [DONE]\n\n"]
+        return RequestContext.from_body(json.dumps({"model": model, "tools": [BASH_CHAT], "stream": True}).encode()), b"".join(events)
+    if api == RESPONSES:
+        bash = {"type": "function", "name": "bash", "parameters": BASH_CHAT["function"]["parameters"]}
+        context = RequestContext.from_body(json.dumps({"model": model, "input": "hi", "tools": [bash], "stream": True}).encode())
+        return context, responses_sse(number_events(responses_events(model, texts, tools=[bash])))
+    context = RequestContext.from_request({"model": model, "tools": [{"name": "bash", "input_schema": BASH_CHAT["function"]["parameters"]}]})
+    return context, stream(model, block_events(0, fields, texts))
+
+
+@pytest.mark.parametrize(
+    ("api", "fields"), [(CHAT, ("content",)), (CHAT, ("reasoning", "reasoning_content")), (RESPONSES, ""), (MESSAGES, "thinking"), (MESSAGES, "text")]
+)
+def test_kimi_arguments_in_the_verbatim_state_take_no_steady_call(api, fields, monkeypatch):
+    """Once the Kimi lexer made arguments of a piece that ends in no whitespace, a lane takes
     the next such piece without a marker's `<` as it is (`Lexer.steady_piece`'s verbatim
-    state), without the call: `steady_piece` is asked of the first piece of the arguments, of a
-    piece that ends in whitespace or holds a `<` and of the piece after one that ends in
-    whitespace, and of nothing else; the bytes are the full path's."""
+    state), without the call: `steady_piece` is not asked of a piece of arguments that follows
+    such a piece and is one itself (past the arguments' first two: the lane is armed after the
+    first), and is asked of the others a lane reads; the bytes are the full path's, one event
+    a read and in reads of several."""
     from toolshim.lexers.kimi import KimiLexer
 
     asked: list[str] = []
@@ -418,35 +444,15 @@ def test_kimi_arguments_in_the_verbatim_state_take_no_steady_call(fields, monkey
         return original(self, text, live)
 
     monkeypatch.setattr(KimiLexer, "steady_piece", steady_piece)
-    model = "moonshotai/Kimi-K2.5"
-    # (pieces ending in whitespace, a Unicode one among them, a `<`, an escape, a non-ASCII letter)
-    args = ['{"', "comm", 'and"', ":", ' "', "grep", " -n", " 'a", "<b'", " src", "/ ", "x", "y", "z  ", "\\n", "é", "\u3000", "wc", '"}']
-    head = ["Looking.", "<|tool_calls_section_begin|>", "<|tool_call_begin|>", "functions.bash:0", "<|tool_call_argument_begin|>"]
-    tail = ["<|tool_call_end|>", "<|tool_calls_section_end|>", "Done."]
-    texts = [*head, *args, *tail]
-    events = [chat_chunk(model, dict.fromkeys(fields, text)) for text in texts] + [chat_chunk(model, {}, "stop"), b"data: [DONE]\n\n"]
-    context = RequestContext.from_body(json.dumps({"model": model, "tools": [BASH_CHAT], "stream": True}).encode())
-    for at, event in enumerate(events):
-        if b"argument_begin" in event:
-            break
-    rewriter = ChatStreamRewriter(copy.deepcopy(context))
-    rewriter.lanes = True
-    # (the arguments' first piece is read in full, and arms their lane)
-    out = [piece for event in events[: at + 2] for piece in rewriter.feed(event)]
-    assert rewriter._args is not None
+    plain = [not (piece[-1].isspace() or "<" in piece) for piece in VERBATIM_ARGS]
+    verbatim = {piece for n, piece in enumerate(VERBATIM_ARGS) if n > 1 and plain[n] and plain[n - 1]}
+    assert len(verbatim) >= 8 and len(verbatim) < len(VERBATIM_ARGS) - 8
+    context, body = verbatim_stream(api, fields)
+    rewrite(api, context, by_event(body), True, monkeypatch)
+    assert not verbatim & set(asked), sorted(verbatim & set(asked))
+    assert {piece for n, piece in enumerate(VERBATIM_ARGS) if n > 1 and not plain[n]} <= set(asked)
     asked.clear()
-    for event in events[at + 2 : at + 1 + len(args)]:
-        out += rewriter.feed(event)
-    pieces = texts[at + 2 : at + 1 + len(args)]
-    # (asked: the lane's first piece, one after a piece that ends in whitespace or that the
-    # lexer read in full, one with a `<`, one that ends in whitespace)
-    after_steady = [n == 0 or pieces[n - 1][-1].isspace() or "<" in pieces[n - 1] for n in range(len(pieces))]
-    expected = [text for n, text in enumerate(pieces) if after_steady[n] or "<" in text or text[-1].isspace()]
-    assert asked == expected
-    for event in events[at + 1 + len(args) :]:
-        out += rewriter.feed(event)
-    out += rewriter.close()
-    assert b"".join(out) == rewrite(CHAT, context, [b"".join(events)], False, monkeypatch)[0]
+    check(api, context, body, [by_event(body)], monkeypatch)  # (the full path's bytes, the lanes on and off)
 
 
 def test_a_quiet_frame_with_a_finish_reason_is_not_taken_up_after_a_call(monkeypatch):

@@ -723,6 +723,9 @@ class BlockLane:
     steady: Any = None
     live: bool = False
     steady_bodies: Any = None  # (the same for a read of several events: `_block_burst`)
+    # The leaf in its verbatim state (`Lexer.steady_piece`, as chat.py's `ArgsLane` keeps it).
+    stop: str | None = None
+    verbatim: bool = False
     # Whether it notes the text it sends, for remembering (`NotedEvents`): a lane whose block has
     # no call open, its run armed with it. (One that has notes the call's pieces of arguments.)
     notes_text: bool = False
@@ -950,6 +953,7 @@ class MessagesStreamRewriter(SseRewriter):
         lane.quiet = lane.text is not None and not lane.quiet_if_idle and source.lexer.idle
         lane.steady = getattr(type(leaf), "steady_piece", None)
         lane.steady_bodies = getattr(type(leaf), "steady_bodies", None) if lane.steady is not None else None
+        lane.stop = getattr(type(leaf), "verbatim_stop", None) if lane.steady is not None else None
         lane.live = lane.finished and lane.args is not None
         if (laned := self.laned) is not None:  # (see chat.py's `_arm`)
             if lane.args is not None:
@@ -991,7 +995,13 @@ class MessagesStreamRewriter(SseRewriter):
             if lane.notes_text and (laned := self.laned) is not None:
                 laned.append(event)
             return [event]
-        if (steady := lane.steady) is not None and (made := steady(lane.leaf, text, lane.live)) is not None:
+        if lane.verbatim and lane.stop not in text and not text[-1].isspace():
+            made = text  # (what the leaf's `steady_piece` makes of it: no call)
+        elif (steady := lane.steady) is None or (made := steady(lane.leaf, text, lane.live)) is None:
+            made = None
+        else:
+            lane.verbatim = lane.stop is not None and made != "" and not text[-1].isspace()
+        if made is not None:
             # The commonest event of a tool-call stream: a piece of a call's arguments.
             lane.quiet = False  # (as after any piece the lexer reads)
             if not made:
@@ -1001,6 +1011,7 @@ class MessagesStreamRewriter(SseRewriter):
             if (laned := self.laned) is not None:
                 laned.append(piece)
             return [piece]
+        lane.verbatim = False  # (the leaf is fed: its state is no longer known)
         segments = lane.leaf.feed(text)
         lane.quiet = False
         if lane.quiet_if_idle and lane.leaf.idle:  # the block is quiet again (the full path works it out after each event)
@@ -1043,6 +1054,7 @@ class MessagesStreamRewriter(SseRewriter):
         block the leaf holds whole (`stream.held_burst`: their text fed as one, nothing sent). (A quiet lane's lexer is idle, one with no call open has no arguments live:
         `steady_bodies` takes nothing then.)"""
         lane = self._block
+        lane.verbatim = False  # (the leaf may take the pieces: its state after them is not told)
         if lane.steady_bodies is not None and lane.args is not None:
             return burst_events(data, lane.frame, lane.leaf.steady_bodies, lane.live, *lane.args, self.laned)
         return held_burst(data, lane.frame, lane.leaf)  # (the lane is not quiet then: its lexer holds a block)

@@ -1131,7 +1131,7 @@ class TextLane:
 
     __slots__ = (
         "frame", "source", "key", "lexer", "leaf", "path", "finished", "quiet", "call", "args", "piece", "text",
-        "head", "mid", "tail", "number_first", "fixed", "head_size", "mid_size", "tail_size", "steady", "live", "holder",
+        "head", "mid", "tail", "number_first", "fixed", "head_size", "mid_size", "tail_size", "steady", "stop", "verbatim", "live", "holder",
         "bare_tail", "bare_tail_size",
     )  # fmt: skip
 
@@ -1154,6 +1154,9 @@ class TextLane:
         # set by `ready`, once `args` is).
         self.steady = getattr(type(leaf), "steady_piece", None)  # (the class's function: see chat.ArgsLane)
         self.live = False
+        # The leaf in its verbatim state (`Lexer.steady_piece`, as chat.ArgsLane keeps it).
+        self.stop = getattr(type(leaf), "verbatim_stop", None) if self.steady is not None else None
+        self.verbatim = False
         # A chain's first stage holding a block makes nothing for its second to read: it takes the run.
         self.holder = leaf.first if type(leaf) is ChainLexer else leaf
         self.bare_tail = frame.tail[:-2]  # (the events of a read split at their blank lines)
@@ -1210,7 +1213,13 @@ def held_read(rewriter: ResponsesStreamRewriter, raw: bytes) -> list[bytes] | No
         core._seq = seq + 1
         body = string if 92 not in string else orjson.dumps(text)[1:-1]
         return [lane.text.event(body, seq)]
-    if (steady := lane.steady) is not None and (made := steady(leaf, text, lane.live)) is not None:
+    if lane.verbatim and lane.stop not in text and not text[-1].isspace():
+        made = text  # (what the leaf's `steady_piece` makes of it: no call)
+    elif (steady := lane.steady) is None or (made := steady(leaf, text, lane.live)) is None:
+        made = None
+    else:
+        lane.verbatim = lane.stop is not None and made != "" and not text[-1].isspace()
+    if made is not None:
         # The commonest event of a tool-call stream: a piece of a call's arguments, held or sent.
         lane.quiet = False  # (as after any piece the lexer reads)
         lane.source.altered = True
@@ -1221,6 +1230,7 @@ def held_read(rewriter: ResponsesStreamRewriter, raw: bytes) -> list[bytes] | No
         core._seq = seq + 1
         body = string if made == text and 92 not in string else orjson.dumps(made)[1:-1]
         return [lane.args.event(body, seq)]
+    lane.verbatim = False  # (the leaf is fed: its state is no longer known)
     segments = leaf.feed(text)
     lane.quiet = False
     if not segments:

@@ -84,7 +84,8 @@ class Lexer(Protocol):
         arguments (not "") of a text that does not end in whitespace, it is in its verbatim
         state until it is given anything else: it would make any text that is not empty, holds
         no `verbatim_stop` and does not end in whitespace into that text itself, and stay so.
-        A lane then takes such a text as it is, without the call (chat.py, `_args_read`)."""
+        A lane then takes such a text as it is, without the call (chat.py `_args_read`, and the
+        Messages and Responses lanes alike)."""
 
 
 class Reporting:
