@@ -389,6 +389,37 @@ def test_steady_pieces_are_what_feed_makes_of_them(pieces, cap, header):
         assert set(range(args_at, args_at + len(pieces))) <= set(taken)
 
 
+def _state(lexer: KimiLexer) -> dict:
+    return {name: (list(value) if isinstance(value, list) else value) for name, value in vars(lexer).items()}
+
+
+@given(
+    st.lists(st.sampled_from(["a", "bc", " ", "d ", " e", "\n", "\u3000", "x<", "<|", "é", "é ", '"', "}"]), max_size=20),
+    st.lists(st.text(st.characters(codec="utf-8"), min_size=1, max_size=6), min_size=1, max_size=20),
+    st.booleans(),
+)
+def test_the_verbatim_state_makes_a_text_into_itself(before, texts, live):
+    """`Lexer.steady_piece`'s verbatim state, as the lanes rely on it (`verbatim_stop`): once
+    `steady_piece` made arguments of a text that ends in no whitespace, any text that is not
+    empty, holds no `<` and ends in no whitespace is made into itself, the lexer unchanged."""
+    lexer = KimiLexer(KimiCallNamer(CallScope(context(TOOLS), RewriteStats())))
+    assert KimiLexer.verbatim_stop == "<"
+    verbatim = False
+    for piece in [f"{SECTION_BEGIN}{CALL_BEGIN}", "functions.read_file:0", ARG_BEGIN, '{"path": "', *before, *texts]:
+        qualifies = "<" not in piece and not piece[-1].isspace()
+        if verbatim and qualifies:
+            state = _state(lexer)
+            assert lexer.steady_piece(piece, live) is piece
+            assert _state(lexer) == state
+            continue
+        made = lexer.steady_piece(piece, live)
+        if made is None:
+            lexer.feed(piece)
+            verbatim = False
+        else:
+            verbatim = made != "" and not piece[-1].isspace()
+
+
 @given(
     st.lists(
         st.sampled_from([
