@@ -6,6 +6,9 @@ from __future__ import annotations
 import json
 import re
 
+from hypothesis import assume, given
+from hypothesis import strategies as st
+
 from harness import sse_body
 from toolshim.chat import ChatStreamRewriter
 from toolshim.sse import SseFramer
@@ -213,6 +216,37 @@ def framed_byte_by_byte(data: bytes) -> list[bytes]:
     framer = SseFramer()
     blocks = [block for at in range(len(data)) for block in framer.feed(data[at : at + 1])]
     return blocks + framer.close()
+
+
+@given(st.text(alphabet="da:ta \n{}\"xé", max_size=30), st.binary(max_size=40))
+def test_bytes_held_at_a_read_s_end_are_kept_as_feed_keeps_them(rest_text, more):
+    """`SseFramer.hold` (the rest of a read after its last blank line, without a CR) leaves the
+    framer as `feed` of the same bytes would: what it holds, where its scan resumes, where its
+    line begins; then the next bytes cut alike (a blank line split across the two included)."""
+    rest = rest_text.encode().lstrip(b"\n")
+    assume(b"\n\n" not in rest)
+    held, fed = SseFramer(), SseFramer()
+    held.hold(rest)
+    assert fed.feed(rest) == []
+    assert (bytes(held._buf), held._scan, held._line_start) == (bytes(fed._buf), fed._scan, fed._line_start)
+    more = b"\n" + more.replace(b"\r", b"")  # (a line end first: may end a block begun in `rest`)
+    assert held.feed(more) + held.close() == fed.feed(more) + fed.close()
+
+
+def test_a_whole_read_s_unfinished_last_event_is_held_without_the_scan(monkeypatch):
+    """A read that passes whole up to its last blank line (`_whole_read`) hands the unfinished
+    event after it to the framer's `hold`, not its `feed`; the next read completes it."""
+    fed = []
+    feed = SseFramer.feed
+    monkeypatch.setattr(SseFramer, "feed", lambda framer, data: fed.append(data) or feed(framer, data))
+    shim = ChatStreamRewriter(RequestContext())
+    events = [event(f"prose {n} ") for n in range(12)]
+    body = b"".join(events)
+    cut = len(body) - len(events[-1]) // 2
+    reads = [body[:cut], body[cut:]]
+    out = [piece for read in reads for piece in shim.feed(read)] + shim.close()
+    assert b"".join(out) == body and out[0] == body[: len(body) - len(events[-1])]
+    assert fed == []
 
 
 def test_a_read_of_whole_events_is_cut_as_the_scan_cuts_it(monkeypatch):

@@ -148,6 +148,15 @@ class SseFramer:
         self._buf += data
         return self._cut(final=False)
 
+    def hold(self, rest: bytes) -> None:
+        """`feed` of bytes in which no block ends, given while nothing is held: the rest of a
+        read after its last blank line, without a CR (`SseRewriter._whole_read`). Such bytes
+        neither begin with a line end nor hold a blank line, so `feed` would only keep them,
+        scanned: kept so here, without the scan's calls."""
+        self._buf += rest
+        self._scan = len(rest)
+        self._line_start = rest.rfind(b"\n") + 1
+
     def close(self) -> list[bytes]:
         """End of body: return the blocks completed now; an unterminated tail stays for
         `take_pending` (it is no event, so it can only be forwarded as it is)."""

@@ -837,7 +837,7 @@ class SseRewriter:
                     if self._direct_lane is None and self.lanes:
                         self._passed_whole(data)
                     return [data]
-                self._framer.feed(data[end:])  # no event is complete in it
+                self._framer.hold(data[end:])  # (no event is complete in it, nor a CR: see above)
                 return [whole]
         if held:
             self._framer.feed(held)  # put back (no event is complete in it): framed with the read
