@@ -44,7 +44,7 @@ from streams import (  # noqa: E402
 from table import Row  # noqa: E402
 
 from toolshim.chat import ChatStreamRewriter  # noqa: E402
-from toolshim.responses import ResponsesStreamRewriter  # noqa: E402
+from toolshim.responses import _SEQUENCE_NUMBER, NumberedFrame, ResponsesStreamRewriter, _unusual  # noqa: E402
 from toolshim.stream import Frame, string_spans  # noqa: E402
 from toolshim.tools import RequestContext  # noqa: E402
 
@@ -164,18 +164,20 @@ def throughput(quick: bool) -> list[Row]:
         f"{len(plain_events) / seconds:,.0f} (floor {len(plain_events) / floor:,.0f}) = {floor / seconds:.2f}x floor",
         ">= 3x floor", floor / seconds >= 3,
     ))  # fmt: skip
-    rows.insert(2, _least_pass_row(plain_events, rounds))
+    rows.insert(2, least_pass_row(plain_events, rounds))
+    rows.insert(6, least_responses_row(cases[3][1], rounds))  # (after the Responses plain row)
     return rows
 
 
-def _least_pass_row(events: list[bytes], rounds: int) -> Row:
+def least_pass_row(events: list[bytes], rounds: int, at: int = 1, keys: tuple[str, ...] = ("content",), api: str = "") -> Row:
     """What the fast path's target asks of Python here: a rewriter whose `feed` does no more
     than any rewriter that passes a plain event must (compare the event's frame around its
     text, scan the text for a byte that may begin markup, hand the event back), timed as the
-    fast path row is. The frame is learned from the stream's second event with the addon's own
-    `Frame`. Context, no target: it bounds the fast path row from above on this machine."""
-    raw = events[1]
-    frame = Frame.around(raw, string_spans(raw, ("content",)) or [])
+    fast path row is. The frame (around the string of `keys`) is learned from the stream's
+    first text event (`at`) with the addon's own `Frame`. Context, no target: it bounds the
+    fast path row of that API (`api`: its name in the row) from above on this machine."""
+    raw = events[at]
+    frame = Frame.around(raw, string_spans(raw, keys) or [])
     assert frame is not None and frame.mid is None
     head, tail = frame.head, frame.tail
     start, end = len(head), len(tail)
@@ -199,8 +201,57 @@ def _least_pass_row(events: list[bytes], rounds: int) -> Row:
     assert plain >= 0.9 * len(events), (plain, len(events))  # (most events do all the work)
     seconds, floor = against_floor(Least, events, events, rounds, expect_unchanged(events))
     return Row(
-        "core", "context: the least a fast path does (frame compared, text scanned, one Python call an event)",
+        "core", f"context: the least a{' ' + api if api else ''} fast path does (frame compared, text scanned, one Python call an event)",
         f"{len(events) / seconds:,.0f} (floor {len(events) / floor:,.0f}) = {floor / seconds:.2f}x floor",
+    )  # fmt: skip
+
+
+def least_responses_row(events: list[bytes], rounds: int) -> Row:
+    """`least_pass_row` for the Responses API, whose fast path does more for each text delta
+    than compare and scan it: the event's `sequence_number` is checked against the next one
+    (the rewriter numbers the events it sends), and the text is kept for the part's `.done`
+    events, so it must be one JSON string body by itself (checked with the addon's own pattern:
+    printable ASCII without a quote, a backslash, a `<` or a `[`; anything else would be
+    decoded). The frame is the addon's own `NumberedFrame`, learned from the first text delta."""
+    raw = next(event for event in events if b"output_text.delta" in event)
+    frame = NumberedFrame.of(raw)
+    assert frame is not None and not frame.number_first
+    head, start = frame.head, len(frame.head)
+    numbered = frame.mid.replace(b"%", b"%%") + b"%d" + frame.tail.replace(b"%", b"%%")
+    first = int(_SEQUENCE_NUMBER.search(raw)[1])
+
+    class Least:
+        failure = None
+
+        def __init__(self) -> None:
+            self.number, self.texts = first, bytearray()
+
+        def feed(self, data: bytes) -> list[bytes]:
+            # (An event that is no text delta, or fails a check, would take the full path: not
+            # counted here, as in `least_pass_row`; only the numbers are kept in step.)
+            expected = numbered % self.number
+            if data[:start] == head and data[-len(expected) :] == expected:
+                body = data[start : -len(expected)]
+                if _unusual(body) is None:
+                    self.texts += body
+            self.number += 1
+            return [data]
+
+        def close(self) -> list[bytes]:
+            return []
+
+    deltas = events[events.index(raw) :]
+    kept = []
+    counted = Least()
+    for event in deltas:
+        size = len(counted.texts)
+        counted.feed(event)
+        kept.append(len(counted.texts) > size)
+    assert sum(kept) >= 0.9 * len(deltas), (sum(kept), len(deltas))  # (most events do all the work)
+    seconds, floor = against_floor(Least, deltas, deltas, rounds, expect_unchanged(deltas))
+    return Row(
+        "core", "context: the least a Responses fast path does (frame and number compared, text checked and kept, one Python call an event)",
+        f"{len(deltas) / seconds:,.0f} (floor {len(deltas) / floor:,.0f}) = {floor / seconds:.2f}x floor",
     )  # fmt: skip
 
 
