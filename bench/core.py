@@ -4,8 +4,10 @@ Throughput: a stream's events are fed one event per `feed()` call, as mitmproxy 
 stream callable one network read and a streaming server writes one event per read. Events per
 second of the rewrite, beside the floor: `orjson.loads` + `orjson.dumps` of the same events'
 data, the least any rewriter that reads each event must do. Best of several rounds, the
-rewrite's and the floor's timed in turn (the figures least disturbed by the machine). A context
-row times the least any fast path must do, which bounds the fast path's row on this machine.
+rewrite's and the floor's timed in turn (the figures least disturbed by the machine). Context
+rows time the least any fast path must do (Chat's; the Responses API's, which also checks each
+event's number and keeps its text; the Messages API's, in bench/messages.py), which bounds that
+API's fast path row on this machine.
 
 Scaling: time per byte of one tool call whose arguments grow from 1 KB to 1 MB, 1-4 characters
 per event (Kimi, which streams arguments live, and Hermes, which holds the block until it
