@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 
 import orjson
 import pytest
@@ -22,7 +23,7 @@ from hypothesis import strategies as st
 
 from test_fuzz import by_event
 from test_lanes import BASH_CHAT, REWRITERS, chat_chunk, check, pieces_of, rewrite
-from toolshim.apis import CHAT, MESSAGES
+from toolshim.apis import CHAT, MESSAGES, RESPONSES
 from toolshim.bodies import plain_bodies
 from toolshim.chat import ChatStreamRewriter
 from toolshim.lexers.kimi import KimiLexer
@@ -812,6 +813,91 @@ def test_a_block_held_whole_in_bursts_is_the_full_path_s(name, monkeypatch):
     ]  # fmt: skip
     arguments = [orjson.loads(call["function"]["arguments"]) for call in calls]
     assert [args["command"].strip() for args in arguments] == [HELD_COMMAND.strip()] * 2
+
+
+@pytest.mark.parametrize("number_first", [True, False])
+def test_a_responses_block_held_whole_in_bursts_is_the_full_path_s(number_first, monkeypatch):
+    """The same on the Responses API (`responses._held_burst`), its events numbered before their
+    text (as the test streams and OpenAI serialise them) or after it (as vLLM's models do): two
+    blocks held whole, in reads of 2 to 9 events, the same bytes lanes on and off and through the
+    full path whole; reads inside the blocks taken at once, sending nothing; both calls' arguments
+    exact."""
+    from responses import number_events, responses_events, responses_sse
+
+    from toolshim import responses as responses_module
+
+    model, inner = HELD_STREAMS["hermes"]
+    block = "<tool_call>\n" + inner + "\n</tool_call>"
+    text = f"Let me look.\n{block}\nAnd again.\n{block}\nDone."
+    bash = {"type": "function", "name": "bash", "parameters": BASH_CHAT["function"]["parameters"]}
+    context = RequestContext.from_body(json.dumps({"model": model, "input": "hi", "tools": [bash], "stream": True}).encode())
+    events = number_events(responses_events(model, pieces_of(text, 11), tools=[bash]))
+    if not number_first:
+        events = [{**{key: value for key, value in event.items() if key != "sequence_number"}, "sequence_number": event["sequence_number"]} for event in events]
+    body = responses_sse(events)
+    delta = next(event for event in by_event(body) if b'"delta":' in event)
+    assert (delta.find(b'"sequence_number":') < delta.find(b'"delta":')) is number_first
+    burst, taken = responses_module.held_read_runs.burst, []
+
+    def counting(rewriter, data):
+        out = burst(rewriter, data)
+        taken.append(out)
+        return out
+
+    monkeypatch.setattr(responses_module.held_read_runs, "burst", counting)
+    events = by_event(body)
+    cuts = [[b"".join(events[at : at + size]) for at in range(0, len(events), size)] for size in (2, 5, 9)]
+    # (and reads cut anywhere: a read that ends inside an event, or inside its tail, is no burst)
+    cuts += [[body[at : at + size] for at in range(0, len(body), size)] for size in (1201, 1601)]
+    sent = check(RESPONSES, context, body, cuts, monkeypatch)
+    made = [out for out in taken if out is not None]
+    assert len(made) >= 10 and all(out == [] for out in made), (len(made), len(taken))
+    arguments = [
+        orjson.loads(data["item"]["arguments"]) for event in by_event(sent)
+        if (data := orjson.loads(event.split(b"data: ", 1)[1]))["type"] == "response.output_item.done" and data["item"]["type"] == "function_call"
+    ]  # fmt: skip
+    assert [args["command"].strip() for args in arguments] == [HELD_COMMAND.strip()] * 2
+
+
+def responses_held(number_first: bool) -> tuple[RequestContext, list[bytes]]:
+    """A Responses stream of one `<tool_call>` block held whole (`HELD_STREAMS`), numbered
+    before its text or after it, as events."""
+    from responses import number_events, responses_events, responses_sse
+
+    model, inner = HELD_STREAMS["hermes"]
+    bash = {"type": "function", "name": "bash", "parameters": BASH_CHAT["function"]["parameters"]}
+    context = RequestContext.from_body(json.dumps({"model": model, "input": "hi", "tools": [bash], "stream": True}).encode())
+    events = number_events(responses_events(model, pieces_of(f"Look.\n<tool_call>\n{inner}\n</tool_call>\nDone.", 13), tools=[bash]))
+    if not number_first:
+        events = [{**{key: value for key, value in event.items() if key != "sequence_number"}, "sequence_number": event["sequence_number"]} for event in events]
+    return context, by_event(responses_sse(events))
+
+
+@pytest.mark.parametrize("number_first", [True, False])
+def test_a_responses_burst_takes_only_whole_events_with_their_numbers(number_first, monkeypatch):
+    """A read of six events inside a held block and a seventh cut short at any byte (inside its
+    text, its number, its frame's end) is no burst (the cut event waits for its rest); nor is a
+    read holding an event whose number is no JSON number (a leading zero): the same bytes as the
+    full path's, and the burst takes the reads that are whole."""
+    from toolshim import responses as responses_module
+
+    context, events = responses_held(number_first)
+    at = next(n for n, event in enumerate(events) if b'"delta":"\\"name' in event or b'"delta":"{' in event) + 10
+    assert all(b"output_text.delta" in event for event in events[at : at + 8])
+    burst, taken = responses_module.held_read_runs.burst, []
+    monkeypatch.setattr(responses_module.held_read_runs, "burst", lambda rewriter, data: taken.append(out := burst(rewriter, data)) or out)
+    cut = events[at + 6]
+    cuts = [[*events[:at], b"".join(events[at : at + 6]) + cut[:k], cut[k:], *events[at + 7 :]] for k in range(1, len(cut))]
+    check(RESPONSES, context, b"".join(events), cuts, monkeypatch)
+    assert [] in taken and taken.count(None) >= len(cut) - 1  # (whole reads taken; each cut one refused)
+    # (a number in the read's midst, and the one the cut leaves on: the first event's, numbered
+    # before its text, or the last one's)
+    for bad_at in (at + 3, at if number_first else at + 5):
+        number = re.search(rb'"sequence_number":(\d+)', events[bad_at])
+        bad = [*events[:bad_at], events[bad_at][: number.start(1)] + b"0" + events[bad_at][number.start(1) :], *events[bad_at + 1 :]]
+        taken.clear()
+        check(RESPONSES, context, b"".join(bad), [[*bad[:at], b"".join(bad[at : at + 6]), *bad[at + 6 :]]], monkeypatch)
+        assert taken and None in taken
 
 
 MINIMAX = "MiniMaxAI/MiniMax-M2"

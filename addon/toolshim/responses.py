@@ -37,11 +37,13 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
+from functools import lru_cache
 from types import FunctionType
 from typing import Any
 
 import orjson
 
+from .bodies import all_plain, plain_text
 from .calls import MAX_NOTES, CallScope, RewriteStats, random_id
 from .lexers import ScopeLexers
 from .native import EMPTY_ARGUMENTS, OBJECT_ARGUMENTS, ArgumentTyping
@@ -1293,10 +1295,52 @@ def _held_run(rewriter: ResponsesStreamRewriter, events: list[bytes], first: int
     return len(bodies)  # (the piece that opened the block marked its item altered)
 
 
-# `held_read` under a second name, with a `run`: `_feed_read` picks its loop by the lane's `run`,
-# so a lane that takes no runs is not offered them at all (as chat.py's `_held_read`).
+def _held_burst(rewriter: ResponsesStreamRewriter, data: bytes) -> list[bytes] | None:
+    """`_held_run` for a read of several events at once (`SseRewriter._feed_read`'s burst), as
+    chat.py's `_held_burst` takes a Chat read (`stream.held_burst`): when the read is events of
+    the lane's frame back to back, each with a plain body (`bodies.all_plain`) and a number as
+    `_held_run` takes it (upstream's numbers are not ours to keep: any one), cut and checked in
+    C, their text fed to the block as one, nothing sent: []. None: nothing taken."""
+    lane = rewriter._held
+    holder = lane.holder
+    head, mid, tail = lane.head, lane.mid, lane.tail
+    if lane.quiet or not holder.holds_block() or data[: lane.head_size] != head:
+        return None
+    # Cut at each joint between two events (one search in C): the end of one event's frame and
+    # the beginning of the next one's, a number between them. The number of the first event (the
+    # frame's number first) or of the last one (its number after the text) stays to be cut off. A
+    # plain body holds no bare quote, which `mid` begins or ends with: no cut falls inside one
+    # that is checked below.
+    if lane.number_first:
+        digits, found, rest = data[lane.head_size :].partition(mid)
+        bodies = _joints(tail + head, mid).split(rest)
+        framed = bool(found) and bodies[-1][-len(tail) :] == tail
+        bodies[-1] = bodies[-1][: -len(tail)]
+    else:
+        bodies = _joints(mid, tail + head).split(data[lane.head_size :])
+        last, found, rest = bodies[-1].rpartition(mid)
+        digits = rest[: -len(tail)]
+        framed = bool(found) and rest[-len(tail) :] == tail
+        bodies[-1] = last
+    if not framed or not digits.isdigit() or (digits[0] == 48 and len(digits) > 1):
+        return None
+    if not all_plain(bodies) or not holder.held_bulk(plain_text(bodies)):  # (the cap: each event is read)
+        return None
+    return []
+
+
+@lru_cache(maxsize=64)
+def _joints(before: bytes, after: bytes) -> re.Pattern[bytes]:
+    """Where an event of a numbered frame ends and the next begins: `before`, a JSON number as
+    `_held_run` takes it (no sign, no leading zero), `after`. (A stream's frames are few.)"""
+    return re.compile(re.escape(before) + rb"(?:0|[1-9][0-9]*)" + re.escape(after))
+
+
+# `held_read` under a second name, with a `run` and a `burst`: `_feed_read` picks its loop by the
+# lane's `run`, so a lane that takes no runs is not offered them at all (as chat.py's `_held_read`).
 held_read_runs = FunctionType(held_read.__code__, held_read.__globals__, "held_read_runs", held_read.__defaults__, held_read.__closure__)
 held_read_runs.run = _held_run  # type: ignore[attr-defined]
+held_read_runs.burst = _held_burst  # type: ignore[attr-defined]
 
 
 class ResponsesStreamRewriter(SseRewriter):
