@@ -225,18 +225,22 @@ def burst_of(api: str):
     return rewriter_class, rewriter_class._block_read if api == MESSAGES else rewriter_class._args_read
 
 
-def counting_bursts(api: str, monkeypatch: pytest.MonkeyPatch) -> list:
-    """What each burst offered a read sent (None: not taken), from now on."""
-    _, read = burst_of(api)
-    burst, taken = read.burst, []
+def count_bursts(lane, monkeypatch: pytest.MonkeyPatch) -> list:
+    """What `lane`'s burst sent for each read it was offered (None: not taken), from now on."""
+    burst, taken = lane.burst, []
 
     def counting(rewriter, data):
         out = burst(rewriter, data)
         taken.append(out)
         return out
 
-    monkeypatch.setattr(read, "burst", counting)
+    monkeypatch.setattr(lane, "burst", counting)
     return taken
+
+
+def counting_bursts(api: str, monkeypatch: pytest.MonkeyPatch) -> list:
+    """`count_bursts` of the API's argument lane."""
+    return count_bursts(burst_of(api)[1], monkeypatch)
 
 
 @pytest.mark.parametrize("name", sorted(STREAMS))
@@ -815,36 +819,34 @@ def test_a_block_held_whole_in_bursts_is_the_full_path_s(name, monkeypatch):
     assert [args["command"].strip() for args in arguments] == [HELD_COMMAND.strip()] * 2
 
 
-@pytest.mark.parametrize("number_first", [True, False])
-def test_a_responses_block_held_whole_in_bursts_is_the_full_path_s(number_first, monkeypatch):
-    """The same on the Responses API (`responses._held_burst`), its events numbered before their
-    text (as the test streams and OpenAI serialise them) or after it (as vLLM's models do): two
-    blocks held whole, in reads of 2 to 9 events, the same bytes lanes on and off and through the
-    full path whole; reads inside the blocks taken at once, sending nothing; both calls' arguments
-    exact."""
+def responses_held(text: str, number_first: bool, seed: int) -> tuple[RequestContext, bytes]:
+    """A Responses stream of `text` (`<tool_call>` blocks held whole) in 1-4 character pieces,
+    its events numbered before their text (as the test streams and OpenAI serialise them) or
+    after it (as vLLM's models do)."""
     from responses import number_events, responses_events, responses_sse
 
-    from toolshim import responses as responses_module
-
-    model, inner = HELD_STREAMS["hermes"]
-    block = "<tool_call>\n" + inner + "\n</tool_call>"
-    text = f"Let me look.\n{block}\nAnd again.\n{block}\nDone."
     bash = {"type": "function", "name": "bash", "parameters": BASH_CHAT["function"]["parameters"]}
-    context = RequestContext.from_body(json.dumps({"model": model, "input": "hi", "tools": [bash], "stream": True}).encode())
-    events = number_events(responses_events(model, pieces_of(text, 11), tools=[bash]))
+    context = RequestContext.from_body(json.dumps({"model": HERMES, "input": "hi", "tools": [bash], "stream": True}).encode())
+    events = number_events(responses_events(HERMES, pieces_of(text, seed), tools=[bash]))
     if not number_first:
         events = [{**{key: value for key, value in event.items() if key != "sequence_number"}, "sequence_number": event["sequence_number"]} for event in events]
     body = responses_sse(events)
     delta = next(event for event in by_event(body) if b'"delta":' in event)
     assert (delta.find(b'"sequence_number":') < delta.find(b'"delta":')) is number_first
-    burst, taken = responses_module.held_read_runs.burst, []
+    return context, body
 
-    def counting(rewriter, data):
-        out = burst(rewriter, data)
-        taken.append(out)
-        return out
 
-    monkeypatch.setattr(responses_module.held_read_runs, "burst", counting)
+@pytest.mark.parametrize("number_first", [True, False])
+def test_a_responses_block_held_whole_in_bursts_is_the_full_path_s(number_first, monkeypatch):
+    """The same on the Responses API (`responses._held_burst`), its events numbered before their
+    text or after it: two blocks held whole, in reads of 2 to 9 events, the same bytes lanes on
+    and off and through the full path whole; reads inside the blocks taken at once, sending
+    nothing; both calls' arguments exact."""
+    from toolshim import responses as responses_module
+
+    block = "<tool_call>\n" + HELD_STREAMS["hermes"][1] + "\n</tool_call>"
+    context, body = responses_held(f"Let me look.\n{block}\nAnd again.\n{block}\nDone.", number_first, 11)
+    taken = count_bursts(responses_module.held_read_runs, monkeypatch)
     events = by_event(body)
     cuts = [[b"".join(events[at : at + size]) for at in range(0, len(events), size)] for size in (2, 5, 9)]
     # (and reads cut anywhere: a read that ends inside an event, or inside its tail, is no burst)
@@ -859,20 +861,6 @@ def test_a_responses_block_held_whole_in_bursts_is_the_full_path_s(number_first,
     assert [args["command"].strip() for args in arguments] == [HELD_COMMAND.strip()] * 2
 
 
-def responses_held(number_first: bool) -> tuple[RequestContext, list[bytes]]:
-    """A Responses stream of one `<tool_call>` block held whole (`HELD_STREAMS`), numbered
-    before its text or after it, as events."""
-    from responses import number_events, responses_events, responses_sse
-
-    model, inner = HELD_STREAMS["hermes"]
-    bash = {"type": "function", "name": "bash", "parameters": BASH_CHAT["function"]["parameters"]}
-    context = RequestContext.from_body(json.dumps({"model": model, "input": "hi", "tools": [bash], "stream": True}).encode())
-    events = number_events(responses_events(model, pieces_of(f"Look.\n<tool_call>\n{inner}\n</tool_call>\nDone.", 13), tools=[bash]))
-    if not number_first:
-        events = [{**{key: value for key, value in event.items() if key != "sequence_number"}, "sequence_number": event["sequence_number"]} for event in events]
-    return context, by_event(responses_sse(events))
-
-
 @pytest.mark.parametrize("number_first", [True, False])
 def test_a_responses_burst_takes_only_whole_events_with_their_numbers(number_first, monkeypatch):
     """A read of six events inside a held block and a seventh cut short at any byte (inside its
@@ -881,11 +869,11 @@ def test_a_responses_burst_takes_only_whole_events_with_their_numbers(number_fir
     full path's, and the burst takes the reads that are whole."""
     from toolshim import responses as responses_module
 
-    context, events = responses_held(number_first)
+    context, body = responses_held("Look.\n<tool_call>\n" + HELD_STREAMS["hermes"][1] + "\n</tool_call>\nDone.", number_first, 13)
+    events = by_event(body)
     at = next(n for n, event in enumerate(events) if b'"delta":"\\"name' in event or b'"delta":"{' in event) + 10
     assert all(b"output_text.delta" in event for event in events[at : at + 8])
-    burst, taken = responses_module.held_read_runs.burst, []
-    monkeypatch.setattr(responses_module.held_read_runs, "burst", lambda rewriter, data: taken.append(out := burst(rewriter, data)) or out)
+    taken = count_bursts(responses_module.held_read_runs, monkeypatch)
     cut = events[at + 6]
     cuts = [[*events[:at], b"".join(events[at : at + 6]) + cut[:k], cut[k:], *events[at + 7 :]] for k in range(1, len(cut))]
     check(RESPONSES, context, b"".join(events), cuts, monkeypatch)
@@ -919,14 +907,7 @@ def test_a_messages_block_held_whole_in_bursts_is_the_full_path_s(name, monkeypa
     text = f"Let me look.\n{block}\nAnd again.\n{block}\nDone."
     context = RequestContext.from_request({"model": model, "tools": [{"name": "bash", "input_schema": BASH_CHAT["function"]["parameters"]}]})
     body = stream(model, block_events(0, "text", pieces_of(text, 9)))
-    burst, taken = MessagesStreamRewriter._block_read.burst, []
-
-    def counting(rewriter, data):
-        out = burst(rewriter, data)
-        taken.append(out)
-        return out
-
-    monkeypatch.setattr(MessagesStreamRewriter._block_read, "burst", counting)
+    taken = count_bursts(MessagesStreamRewriter._block_read, monkeypatch)
     events = by_event(body)
     sent = check(MESSAGES, context, body, [[b"".join(events[at : at + size]) for at in range(0, len(events), size)] for size in (2, 5, 9)], monkeypatch)
     made = [out for out in taken if out is not None]
