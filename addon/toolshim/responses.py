@@ -37,7 +37,6 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
-from functools import lru_cache
 from types import FunctionType
 from typing import Any
 
@@ -1303,37 +1302,30 @@ def _held_burst(rewriter: ResponsesStreamRewriter, data: bytes) -> list[bytes] |
     C, their text fed to the block as one, nothing sent: []. None: nothing taken."""
     lane = rewriter._held
     holder = lane.holder
-    head, mid, tail = lane.head, lane.mid, lane.tail
-    if lane.quiet or not holder.holds_block() or data[: lane.head_size] != head:
+    if lane.quiet or not holder.holds_block() or not (lane.head if lane.number_first else lane.mid).endswith(_NUMBER_KEY):
         return None
-    # Cut at each joint between two events (one search in C): the end of one event's frame and
-    # the beginning of the next one's, a number between them. The number of the first event (the
-    # frame's number first) or of the last one (its number after the text) stays to be cut off. A
-    # plain body holds no bare quote, which `mid` begins or ends with: no cut falls inside one
-    # that is checked below.
+    # Every number as `_held_run` takes it made 0 (one pass in C; any other stays as it is, and
+    # the read is then no run of the frame's events): the events are then the frame's bytes, 0
+    # for the number, around their bodies, cut apart at once. A plain body holds no bare quote,
+    # which the frame's bytes after it begin with: no cut falls inside one that is checked below.
+    data = _NUMBER_VALUE.sub(b"0", data)
     if lane.number_first:
-        digits, found, rest = data[lane.head_size :].partition(mid)
-        bodies = _joints(tail + head, mid).split(rest)
-        framed = bool(found) and bodies[-1][-len(tail) :] == tail
-        bodies[-1] = bodies[-1][: -len(tail)]
+        before, after = lane.head + b"0" + lane.mid, lane.tail
     else:
-        bodies = _joints(mid, tail + head).split(data[lane.head_size :])
-        last, found, rest = bodies[-1].rpartition(mid)
-        digits = rest[: -len(tail)]
-        framed = bool(found) and rest[-len(tail) :] == tail
-        bodies[-1] = last
-    if not framed or not digits.isdigit() or (digits[0] == 48 and len(digits) > 1):
-        return None
+        before, after = lane.head, lane.mid + b"0" + lane.tail
+    if data[: len(before)] != before or data[-len(after) :] != after:
+        return None  # (a read of other events, or one cut short; the head is a quick refusal)
+    bodies = data[len(before) : -len(after)].split(after + before)
     if not all_plain(bodies) or not holder.held_bulk(plain_text(bodies)):  # (the cap: each event is read)
         return None
     return []
 
 
-@lru_cache(maxsize=64)
-def _joints(before: bytes, after: bytes) -> re.Pattern[bytes]:
-    """Where an event of a numbered frame ends and the next begins: `before`, a JSON number as
-    `_held_run` takes it (no sign, no leading zero), `after`. (A stream's frames are few.)"""
-    return re.compile(re.escape(before) + rb"(?:0|[1-9][0-9]*)" + re.escape(after))
+# An event's `sequence_number` (the one number of a `NumberedFrame`) as `_held_run` takes it: no
+# sign, no leading zero; written as compact JSON writes it (a frame with spaces around the colon
+# takes no burst). Replaced by a literal: a template would cost a Python call a match.
+_NUMBER_KEY = b'"sequence_number":'
+_NUMBER_VALUE = re.compile(rb"(?<=" + re.escape(_NUMBER_KEY) + rb")(?:0|[1-9][0-9]*)(?![0-9])")
 
 
 # `held_read` under a second name, with a `run` and a `burst`: `_feed_read` picks its loop by the
