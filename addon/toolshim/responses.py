@@ -1308,7 +1308,7 @@ def _held_burst(rewriter: ResponsesStreamRewriter, data: bytes) -> list[bytes] |
     # the read is then no run of the frame's events): the events are then the frame's bytes, 0
     # for the number, around their bodies, cut apart at once. A plain body holds no bare quote,
     # which the frame's bytes after it begin with: no cut falls inside one that is checked below.
-    data = _NUMBER_VALUE.sub(b"0", data)
+    data = _NUMBER_VALUE.sub(_NUMBER_KEY + b"0", data)
     if lane.number_first:
         before, after = lane.head + b"0" + lane.mid, lane.tail
     else:
@@ -1323,9 +1323,11 @@ def _held_burst(rewriter: ResponsesStreamRewriter, data: bytes) -> list[bytes] |
 
 # An event's `sequence_number` (the one number of a `NumberedFrame`) as `_held_run` takes it: no
 # sign, no leading zero; written as compact JSON writes it (a frame with spaces around the colon
-# takes no burst). Replaced by a literal: a template would cost a Python call a match.
+# takes no burst). Found by its key, a literal the search looks for first, and replaced whole by a
+# literal: a look-behind would be tried at every byte (19 µs a read of eight, against 2.6), a
+# template costs a Python call a match.
 _NUMBER_KEY = b'"sequence_number":'
-_NUMBER_VALUE = re.compile(rb"(?<=" + re.escape(_NUMBER_KEY) + rb")(?:0|[1-9][0-9]*)(?![0-9])")
+_NUMBER_VALUE = re.compile(re.escape(_NUMBER_KEY) + rb"(?:0|[1-9][0-9]*)(?![0-9])")
 
 
 # `held_read` under a second name, with a `run` and a `burst`: `_feed_read` picks its loop by the
