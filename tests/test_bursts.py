@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import copy
 import json
-import re
 
 import orjson
 import pytest
@@ -23,7 +22,7 @@ from hypothesis import strategies as st
 
 from test_fuzz import by_event
 from test_lanes import BASH_CHAT, REWRITERS, chat_chunk, check, pieces_of, rewrite
-from toolshim.apis import CHAT, MESSAGES, RESPONSES
+from toolshim.apis import CHAT, MESSAGES
 from toolshim.bodies import plain_bodies
 from toolshim.chat import ChatStreamRewriter
 from toolshim.lexers.kimi import KimiLexer
@@ -817,98 +816,6 @@ def test_a_block_held_whole_in_bursts_is_the_full_path_s(name, monkeypatch):
     ]  # fmt: skip
     arguments = [orjson.loads(call["function"]["arguments"]) for call in calls]
     assert [args["command"].strip() for args in arguments] == [HELD_COMMAND.strip()] * 2
-
-
-def responses_held(text: str, number_first: bool, seed: int, msg_id: str = "msg_test") -> tuple[RequestContext, bytes]:
-    """A Responses stream of `text` (`<tool_call>` blocks held whole) in 1-4 character pieces,
-    its events numbered before their text (as the test streams and OpenAI serialise them) or
-    after it (as vLLM's models do)."""
-    from responses import number_events, responses_events, responses_sse
-
-    bash = {"type": "function", "name": "bash", "parameters": BASH_CHAT["function"]["parameters"]}
-    context = RequestContext.from_body(json.dumps({"model": HERMES, "input": "hi", "tools": [bash], "stream": True}).encode())
-    events = number_events(responses_events(HERMES, pieces_of(text, seed), tools=[bash], msg_id=msg_id))
-    if not number_first:
-        events = [{**{key: value for key, value in event.items() if key != "sequence_number"}, "sequence_number": event["sequence_number"]} for event in events]
-    body = responses_sse(events)
-    delta = next(event for event in by_event(body) if b'"delta":' in event)
-    assert (delta.find(b'"sequence_number":') < delta.find(b'"delta":')) is number_first
-    return context, body
-
-
-@pytest.mark.parametrize("number_first", [True, False])
-def test_a_responses_block_held_whole_in_bursts_is_the_full_path_s(number_first, monkeypatch):
-    """The same on the Responses API (`responses._held_burst`), its events numbered before their
-    text or after it: two blocks held whole, in reads of 2 to 9 events, the same bytes lanes on
-    and off and through the full path whole; reads inside the blocks taken at once, sending
-    nothing; both calls' arguments exact."""
-    from toolshim import responses as responses_module
-
-    block = "<tool_call>\n" + HELD_STREAMS["hermes"][1] + "\n</tool_call>"
-    context, body = responses_held(f"Let me look.\n{block}\nAnd again.\n{block}\nDone.", number_first, 11)
-    taken = count_bursts(responses_module.held_read_runs, monkeypatch)
-    events = by_event(body)
-    cuts = [[b"".join(events[at : at + size]) for at in range(0, len(events), size)] for size in (2, 5, 9)]
-    # (and reads cut anywhere: a read that ends inside an event, or inside its tail, is no burst)
-    cuts += [[body[at : at + size] for at in range(0, len(body), size)] for size in (1201, 1601)]
-    sent = check(RESPONSES, context, body, cuts, monkeypatch)
-    made = [out for out in taken if out is not None]
-    assert len(made) >= 10 and all(out == [] for out in made), (len(made), len(taken))
-    arguments = [
-        orjson.loads(data["item"]["arguments"]) for event in by_event(sent)
-        if (data := orjson.loads(event.split(b"data: ", 1)[1]))["type"] == "response.output_item.done" and data["item"]["type"] == "function_call"
-    ]  # fmt: skip
-    assert [args["command"].strip() for args in arguments] == [HELD_COMMAND.strip()] * 2
-
-
-@pytest.mark.parametrize("number_first", [True, False])
-def test_a_responses_burst_takes_only_whole_events_with_their_numbers(number_first, monkeypatch):
-    """A read of six events inside a held block and a seventh cut short at any byte (inside its
-    text, its number, its frame's end) is no burst (the cut event waits for its rest); nor is a
-    read holding an event whose number is no JSON number (a leading zero): the same bytes as the
-    full path's, and the burst takes the reads that are whole."""
-    from toolshim import responses as responses_module
-
-    context, body = responses_held("Look.\n<tool_call>\n" + HELD_STREAMS["hermes"][1] + "\n</tool_call>\nDone.", number_first, 13)
-    events = by_event(body)
-    at = next(n for n, event in enumerate(events) if b'"delta":"\\"name' in event or b'"delta":"{' in event) + 10
-    assert all(b"output_text.delta" in event for event in events[at : at + 8])
-    taken = count_bursts(responses_module.held_read_runs, monkeypatch)
-    cut = events[at + 6]
-    cuts = [[*events[:at], b"".join(events[at : at + 6]) + cut[:k], cut[k:], *events[at + 7 :]] for k in range(1, len(cut))]
-    check(RESPONSES, context, b"".join(events), cuts, monkeypatch)
-    assert [] in taken and taken.count(None) >= len(cut) - 1  # (whole reads taken; each cut one refused)
-    # (a number in the read's midst, and the one the cut leaves on: the first event's, numbered
-    # before its text, or the last one's)
-    for bad_at in (at + 3, at if number_first else at + 5):
-        number = re.search(rb'"sequence_number":(\d+)', events[bad_at])
-        bad = [*events[:bad_at], events[bad_at][: number.start(1)] + b"0" + events[bad_at][number.start(1) :], *events[bad_at + 1 :]]
-        taken.clear()
-        check(RESPONSES, context, b"".join(bad), [[*bad[:at], b"".join(bad[at : at + 6]), *bad[at + 6 :]]], monkeypatch)
-        assert taken and None in taken
-
-
-@pytest.mark.parametrize("number_first", [True, False])
-def test_a_responses_burst_compiles_nothing_for_a_response(number_first, monkeypatch):
-    """A Responses frame holds its item's id, new in every response: the burst cuts a read with
-    patterns made once, not one compiled for each frame (175 µs a compilation, once a flow).
-    Two responses in reads of eight: the second compiles no pattern, and its reads are taken."""
-    import re._compiler
-
-    from toolshim import responses as responses_module
-
-    block = "<tool_call>\n" + HELD_STREAMS["hermes"][1] + "\n</tool_call>"
-    taken = count_bursts(responses_module.held_read_runs, monkeypatch)
-    for n, msg_id in enumerate(("msg_one", "msg_two")):
-        context, body = responses_held(f"Look.\n{block}\nDone.", number_first, 17, msg_id)
-        events = by_event(body)
-        if n:
-            compiled: list[object] = []
-            compile = re._compiler.compile
-            monkeypatch.setattr(re._compiler, "compile", lambda *args: compiled.append(args) or compile(*args))
-            taken.clear()
-        rewrite(RESPONSES, context, [b"".join(events[at : at + 8]) for at in range(0, len(events), 8)], True, monkeypatch)
-    assert compiled == [] and taken.count([]) >= 10, (compiled, taken.count([]))
 
 
 MINIMAX = "MiniMaxAI/MiniMax-M2"

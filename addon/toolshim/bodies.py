@@ -51,21 +51,17 @@ def plain_bodies(data: bytes, frame: Any) -> list[bytes] | None:
         if len(copies) != 2 * len(strings) or copies[1::2] != bodies:
             return None
     # Whatever the lines were, the read is these events exactly when it is made of them again,
-    # each body plain by itself.
-    if not all_plain(bodies) or head + (tail + head).join(strings) + tail != data:
-        return None
-    return bodies
-
-
-def all_plain(bodies: list[bytes]) -> bool:
-    """Is each of `bodies` a plain body by itself (none empty; apart, an escape cut short at a
-    body's end shows)? A few calls into C, however many bodies."""
+    # each body plain by itself (none empty; apart, an escape cut short at a body's end shows).
     if not all(bodies):
-        return False
+        return None
     joined = b"\x00".join(bodies)
     if 92 in joined:
         joined = _ESCAPES.sub(b"", joined)
-    return joined.translate(None, _PLAIN_BYTES) == b"\x00" * (len(bodies) - 1)  # (left: no plain byte, and the NULs between)
+    if joined.translate(None, _PLAIN_BYTES) != b"\x00" * (len(bodies) - 1):
+        return None  # (left: what is no plain byte, and the NULs between the bodies)
+    if head + (tail + head).join(strings) + tail != data:
+        return None
+    return bodies
 
 
 def plain_text(bodies: list[bytes]) -> str:

@@ -42,7 +42,6 @@ from typing import Any
 
 import orjson
 
-from .bodies import all_plain, plain_text
 from .calls import MAX_NOTES, CallScope, RewriteStats, random_id
 from .lexers import ScopeLexers
 from .native import EMPTY_ARGUMENTS, OBJECT_ARGUMENTS, ArgumentTyping
@@ -1294,47 +1293,10 @@ def _held_run(rewriter: ResponsesStreamRewriter, events: list[bytes], first: int
     return len(bodies)  # (the piece that opened the block marked its item altered)
 
 
-def _held_burst(rewriter: ResponsesStreamRewriter, data: bytes) -> list[bytes] | None:
-    """`_held_run` for a read of several events at once (`SseRewriter._feed_read`'s burst), as
-    chat.py's `_held_burst` takes a Chat read (`stream.held_burst`): when the read is events of
-    the lane's frame back to back, each with a plain body (`bodies.all_plain`) and a number as
-    `_held_run` takes it (upstream's numbers are not ours to keep: any one), cut and checked in
-    C, their text fed to the block as one, nothing sent: []. None: nothing taken."""
-    lane = rewriter._held
-    holder = lane.holder
-    if lane.quiet or not holder.holds_block() or not (lane.head if lane.number_first else lane.mid).endswith(_NUMBER_KEY):
-        return None
-    # Every number as `_held_run` takes it made 0 (one pass in C; any other stays as it is, and
-    # the read is then no run of the frame's events): the events are then the frame's bytes, 0
-    # for the number, around their bodies, cut apart at once. A plain body holds no bare quote,
-    # which the frame's bytes after it begin with: no cut falls inside one that is checked below.
-    data = _NUMBER_VALUE.sub(_NUMBER_KEY + b"0", data)
-    if lane.number_first:
-        before, after = lane.head + b"0" + lane.mid, lane.tail
-    else:
-        before, after = lane.head, lane.mid + b"0" + lane.tail
-    if data[: len(before)] != before or data[-len(after) :] != after:
-        return None  # (a read of other events, or one cut short; the head is a quick refusal)
-    bodies = data[len(before) : -len(after)].split(after + before)
-    if not all_plain(bodies) or not holder.held_bulk(plain_text(bodies)):  # (the cap: each event is read)
-        return None
-    return []
-
-
-# An event's `sequence_number` (the one number of a `NumberedFrame`) as `_held_run` takes it: no
-# sign, no leading zero; written as compact JSON writes it (a frame with spaces around the colon
-# takes no burst). Found by its key, a literal the search looks for first, and replaced whole by a
-# literal: a look-behind would be tried at every byte (19 µs a read of eight, against 2.6), a
-# template costs a Python call a match.
-_NUMBER_KEY = b'"sequence_number":'
-_NUMBER_VALUE = re.compile(re.escape(_NUMBER_KEY) + rb"(?:0|[1-9][0-9]*)(?![0-9])")
-
-
-# `held_read` under a second name, with a `run` and a `burst`: `_feed_read` picks its loop by the
-# lane's `run`, so a lane that takes no runs is not offered them at all (as chat.py's `_held_read`).
+# `held_read` under a second name, with a `run`: `_feed_read` picks its loop by the lane's `run`,
+# so a lane that takes no runs is not offered them at all (as chat.py's `_held_read`).
 held_read_runs = FunctionType(held_read.__code__, held_read.__globals__, "held_read_runs", held_read.__defaults__, held_read.__closure__)
 held_read_runs.run = _held_run  # type: ignore[attr-defined]
-held_read_runs.burst = _held_burst  # type: ignore[attr-defined]
 
 
 class ResponsesStreamRewriter(SseRewriter):
