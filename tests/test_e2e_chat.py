@@ -212,6 +212,24 @@ def test_plain_text_written_eight_events_a_write_passes_byte_for_byte(upstream, 
     assert "".join(chunk.choices[0].delta.content or "" for chunk in stream if chunk.choices) == "".join(words)
 
 
+def test_plain_text_written_in_pieces_cut_mid_event_passes_byte_for_byte(upstream, proxy, openai_client, unique_model):
+    """Writes of a plain stream cut anywhere (a read ends inside an event, as a client's 4 KB
+    reads do): each read's whole events pass as one, the unfinished last one is kept for the next
+    (`SseFramer.hold`). Through mitmdump the body comes out byte for byte, and the SDK assembles
+    the text."""
+    words = [f" word{n}," for n in range(120)]
+    events = [sse_body([chat_chunk(unique_model, role="assistant", content="")], done=False)]
+    events += [sse_body([chat_chunk(unique_model, content=word)], done=False) for word in words]
+    events += [sse_body([chat_chunk(unique_model, finish_reason="stop")], done=False), b"data: [DONE]\n\n"]
+    body = b"".join(events)
+    writes = [body[at : at + 333] for at in range(0, len(body), 333)]
+    assert sum(not write.endswith(b"\n\n") for write in writes) > len(writes) // 2  # (most cut mid-event)
+    assert raw_stream_once(upstream, proxy, unique_model, writes, delay=0.002) == body
+    upstream.add(unique_model + "-sdk", chunks=writes, delay=0.002)
+    stream = openai_client.chat.completions.create(model=unique_model + "-sdk", messages=MESSAGES, stream=True)
+    assert "".join(chunk.choices[0].delta.content or "" for chunk in stream if chunk.choices) == "".join(words)
+
+
 SET_TEMP = {
     "type": "function",
     "function": {
